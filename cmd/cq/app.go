@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/queue"
+	"golang.org/x/term"
+)
+
+// App is the factory every command gets: global flags, the standard
+// streams, and the store, opened lazily so that --help and --spool never
+// touch the database.
+type App struct {
+	HomeFlag string
+	DBFlag   string
+	Output   string
+	Quiet    bool
+
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+	Now    func() time.Time
+
+	home  string
+	store *queue.Store
+}
+
+// Home resolves the home folder (SPEC section 1) and creates it private.
+func (a *App) Home() (string, error) {
+	if a.home != "" {
+		return a.home, nil
+	}
+	h := a.HomeFlag
+	if h == "" {
+		h = a.Getenv("CQ_HOME")
+	}
+	if h == "" {
+		if x := a.Getenv("XDG_STATE_HOME"); x != "" {
+			h = filepath.Join(x, "cq")
+		}
+	}
+	if h == "" {
+		u, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("cannot find a home folder: set --home or CQ_HOME")
+		}
+		h = filepath.Join(u, ".local", "state", "cq")
+	}
+	abs, err := filepath.Abs(h)
+	if err != nil {
+		return "", err
+	}
+	if err := fsutil.PrivateDir(abs); err != nil {
+		return "", err
+	}
+	a.home = abs
+	return abs, nil
+}
+
+// Store opens the database (creating and migrating it if needed) and
+// drains the spool into it first, as every command that opens the
+// database does.
+func (a *App) Store(ctx context.Context) (*queue.Store, error) {
+	if a.store != nil {
+		return a.store, nil
+	}
+	home, err := a.Home()
+	if err != nil {
+		return nil, err
+	}
+	url := a.DBFlag
+	if url == "" {
+		url = a.Getenv("CQ_DB")
+	}
+	path := filepath.Join(home, "cq.db")
+	if url != "" {
+		if path, err = db.PathFromURL(url); err != nil {
+			return nil, err
+		}
+	}
+	d, err := db.Open(ctx, path)
+	if err != nil {
+		if errors.Is(err, db.ErrFutureSchema) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("cannot open the store: %w", err)
+	}
+	// The connection is deliberately not closed at exit: closing the last
+	// connection checkpoints and deletes the WAL, a cost every short
+	// command would pay; the next process simply reuses it.
+	s := queue.New(d)
+	if a.Now != nil {
+		s.Now = a.Now
+	}
+	if _, err := s.DrainSpool(ctx, home); err != nil {
+		return nil, fmt.Errorf("draining the spool: %w", err)
+	}
+	a.store = s
+	return s, nil
+}
+
+// format returns the output format: table, json or jsonl.
+func (a *App) format() string {
+	if a.Output == "" {
+		return "table"
+	}
+	return a.Output
+}
+
+// stdoutIsTerminal decides between a drawn table and tab-separated lines.
+func (a *App) stdoutIsTerminal() bool {
+	f, ok := a.Stdout.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func (a *App) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}

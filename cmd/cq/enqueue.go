@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/spool"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// specFlags are the task spec flags shared by task create and enqueue.
+type specFlags struct {
+	id, shell, intent, payload, queue, key, priority string
+	timeout, delay, at, cwd                          string
+	after, env                                       []string
+	unique, hold                                     bool
+	retries                                          int
+}
+
+func (f *specFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.id, "id", "", "task id (re-creating it with the same spec is a no-op)")
+	fs.StringVar(&f.shell, "shell", "", "run this string with /bin/sh -c")
+	fs.StringVar(&f.intent, "intent", "", "run the handler NAME from the handlers folder")
+	fs.StringVar(&f.payload, "payload", "", "JSON payload for --intent")
+	fs.StringVar(&f.queue, "queue", "", "queue (default \"default\")")
+	fs.StringVar(&f.key, "key", "", "serial lane key: tasks with one key run one at a time, in order")
+	fs.BoolVar(&f.unique, "unique", false, "refuse while another task with this --key is not finished")
+	fs.StringVar(&f.priority, "priority", "", "P0 (first) to P3 (default P2)")
+	fs.StringSliceVar(&f.after, "after", nil, "run only after these tasks are done (ID,…)")
+	fs.StringVar(&f.timeout, "timeout", "", "run time limit (default: the queue's)")
+	fs.IntVar(&f.retries, "retries", 0, "retries after a non-zero exit (default: the queue's)")
+	fs.StringVar(&f.delay, "delay", "", "start no sooner than this long after creation")
+	fs.StringVar(&f.at, "at", "", "start no sooner than this time (RFC 3339 or YYYY-MM-DD HH:MM[:SS])")
+	fs.StringArrayVar(&f.env, "env", nil, "K=V to set, or K to copy from here (repeatable)")
+	fs.StringVar(&f.cwd, "cwd", "", "working folder (default: the current one)")
+	fs.BoolVar(&f.hold, "hold", false, "hold the task until cq release")
+}
+
+// given reports whether any spec flag was set on the command line.
+func (f *specFlags) given(fs *pflag.FlagSet) bool {
+	any := false
+	fs.Visit(func(fl *pflag.Flag) {
+		switch fl.Name {
+		case "home", "db", "output", "quiet", "batch", "file", "spool":
+		default:
+			any = true
+		}
+	})
+	return any
+}
+
+// spec builds a raw spec from the flags and the command after --.
+func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec, error) {
+	sp := queue.Spec{
+		ID: f.id, Shell: f.shell, Intent: f.intent, Queue: f.queue, Key: f.key, Unique: f.unique,
+		Priority: f.priority, After: f.after, Timeout: f.timeout, Delay: f.delay, At: f.at, Hold: f.hold,
+	}
+	if argv != nil {
+		sp.Cmd = argv
+		if len(argv) == 0 {
+			sp.Cmd = []string{}
+		}
+	}
+	if fs.Changed("priority") && f.priority == "" {
+		return sp, usageErr("invalid priority \"\" (want P0, P1, P2 or P3)")
+	}
+	if fs.Changed("payload") {
+		sp.Payload = json.RawMessage(f.payload)
+		if !json.Valid(sp.Payload) {
+			return sp, usageErr("--payload is not valid JSON")
+		}
+	}
+	if fs.Changed("retries") {
+		r := f.retries
+		sp.Retries = &r
+	}
+	for _, e := range f.env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			val, set := os.LookupEnv(k)
+			if !set {
+				return sp, usageErr("--env %s: %s is not set here", k, k)
+			}
+			v = val
+		}
+		if sp.Env == nil {
+			sp.Env = map[string]string{}
+		}
+		sp.Env[k] = v
+	}
+	cwd, err := absCwd(f.cwd)
+	if err != nil {
+		return sp, err
+	}
+	sp.Cwd = cwd
+	return sp, nil
+}
+
+// absCwd makes a --cwd (default: the current folder) absolute.
+func absCwd(cwd string) (string, error) {
+	here, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("cannot read the current folder: %w", err)
+	}
+	if cwd == "" {
+		return here, nil
+	}
+	if !filepath.IsAbs(cwd) {
+		cwd = filepath.Join(here, cwd)
+	}
+	return cwd, nil
+}
+
+// commandArgs splits cobra's args into those before -- and the command
+// after it (nil when there is no --).
+func commandArgs(cmd *cobra.Command, args []string) (before, argv []string) {
+	dash := cmd.ArgsLenAtDash()
+	if dash < 0 {
+		return args, nil
+	}
+	return args[:dash], append([]string{}, args[dash:]...)
+}
+
+func newTaskCreateCmd(app *App) *cobra.Command {
+	var f specFlags
+	cmd := &cobra.Command{
+		Use:   "create [spec flags] [-- CMD ARGS…]",
+		Short: "Create a task in inbox and print its id",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			before, argv := commandArgs(cmd, args)
+			if len(before) > 0 {
+				return usageErr("unexpected arguments %q: put the command after --", strings.Join(before, " "))
+			}
+			return createSpecs(cmd, app, &f, argv, false)
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqueue bool) error {
+	raw, err := f.spec(app, cmd.Flags(), argv)
+	if err != nil {
+		return err
+	}
+	sp, err := raw.Normalize()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	st, err := app.Store(ctx)
+	if err != nil {
+		return err
+	}
+	for i, a := range sp.After {
+		if sp.After[i], err = st.Resolve(ctx, a); err != nil {
+			if queue.IsNotFound(err) {
+				return fmt.Errorf("--after: %w", err)
+			}
+			return err
+		}
+	}
+	res, err := st.Create(ctx, []queue.Spec{sp}, queue.CreateOptions{Enqueue: enqueue})
+	if err != nil {
+		var le *queue.LineError
+		if errors.As(err, &le) {
+			err = le.Err
+		}
+		var qe *queue.Error
+		if errors.As(err, &qe) && qe.Existing != "" {
+			fmt.Fprintln(app.Stdout, qe.Existing)
+		}
+		return err
+	}
+	return printCreated(app, res)
+}
+
+func printCreated(app *App, res []queue.Created) error {
+	if app.format() == "json" || app.format() == "jsonl" {
+		out := make([]map[string]string, len(res))
+		for i, r := range res {
+			out[i] = map[string]string{"id": r.ID, "state": r.State}
+		}
+		if app.format() == "jsonl" || len(out) == 1 {
+			for _, o := range out {
+				if err := writeJSONLine(app.Stdout, o); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return writeJSON(app.Stdout, out)
+	}
+	w := bufio.NewWriter(app.Stdout)
+	for _, r := range res {
+		fmt.Fprintln(w, r.ID)
+	}
+	return w.Flush()
+}
+
+func newEnqueueCmd(app *App) *cobra.Command {
+	var f specFlags
+	var batch, toSpool bool
+	var file string
+	cmd := &cobra.Command{
+		Use:   "enqueue ID… | enqueue [spec flags] -- CMD ARGS… | enqueue --batch [-f FILE]",
+		Short: "Take inbox tasks in, or create and enqueue a task in one step",
+		Long: `enqueue ID…                      take inbox tasks through the gateway step
+enqueue [spec flags] -- CMD ARGS…  create and enqueue a task; prints its id
+enqueue --shell 'STRING'           the same, run with /bin/sh -c
+enqueue --batch [-f FILE]          one JSON spec per line, all in one transaction
+enqueue --spool [spec] -- CMD…     append to the spool without opening the database`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			before, argv := commandArgs(cmd, args)
+			switch {
+			case batch:
+				if len(args) > 0 || f.given(cmd.Flags()) {
+					return usageErr("--batch takes its specs from stdin or -f FILE, not from flags or arguments")
+				}
+				return enqueueBatch(cmd, app, file)
+			case file != "":
+				return usageErr("-f needs --batch")
+			case toSpool:
+				if len(before) > 0 {
+					return usageErr("unexpected arguments %q: put the command after --", strings.Join(before, " "))
+				}
+				return enqueueSpool(cmd, app, &f, argv)
+			case argv != nil || f.shell != "" || f.intent != "":
+				if len(before) > 0 {
+					return usageErr("unexpected arguments %q: put the command after --", strings.Join(before, " "))
+				}
+				return createSpecs(cmd, app, &f, argv, true)
+			case f.given(cmd.Flags()):
+				return usageErr("empty command: give a command after --, --shell, or --intent")
+			case len(args) == 0:
+				return usageErr("nothing to enqueue: give task ids, or a command after --")
+			}
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return multi(app.Stderr, args, func(ref string) error {
+				id, _, err := st.Enqueue(cmd.Context(), ref)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(app.Stdout, id)
+				return nil
+			})
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&batch, "batch", false, "read one JSON task spec per line (stdin, or -f FILE)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "with --batch: read specs from FILE")
+	cmd.Flags().BoolVar(&toSpool, "spool", false, "append to the spool file without opening the database")
+	return cmd
+}
+
+// enqueueBatch stores every line of the input in one transaction, or
+// nothing.
+func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
+	in := app.Stdin
+	if file != "" && file != "-" {
+		fh, err := os.Open(file)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		defer fh.Close()
+		in = fh
+	}
+	here, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	var specs []queue.Spec
+	var lineNo []int
+	r := bufio.NewReaderSize(in, 1<<16)
+	for n := 1; ; n++ {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			sp, perr := queue.ParseSpecJSON(line)
+			if perr == nil {
+				if sp.Cwd == "" {
+					sp.Cwd = here
+				} else if !filepath.IsAbs(sp.Cwd) {
+					sp.Cwd = filepath.Join(here, sp.Cwd)
+				}
+				sp, perr = sp.Normalize()
+			}
+			if perr != nil {
+				return &queue.Error{Code: queue.CodeOf(perr), Msg: fmt.Sprintf("line %d: %v", n, perr)}
+			}
+			specs = append(specs, sp)
+			lineNo = append(lineNo, n)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(specs) == 0 {
+		return nil
+	}
+	st, err := app.Store(cmd.Context())
+	if err != nil {
+		return err
+	}
+	res, err := st.Create(cmd.Context(), specs, queue.CreateOptions{Enqueue: true})
+	if err != nil {
+		var le *queue.LineError
+		if errors.As(err, &le) {
+			var qe *queue.Error
+			if errors.As(le.Err, &qe) && qe.Existing != "" {
+				fmt.Fprintln(app.Stdout, qe.Existing)
+			}
+			return &queue.Error{Code: queue.CodeOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
+		}
+		return err
+	}
+	return printCreated(app, res)
+}
+
+// enqueueSpool appends one spec to the spool without opening the
+// database. The line carries its id, an absolute cwd, and an absolute
+// time instead of a delay, so it means the same whenever it is drained.
+func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) error {
+	raw, err := f.spec(app, cmd.Flags(), argv)
+	if err != nil {
+		return err
+	}
+	now := app.now()
+	if raw.Delay != "" && raw.At != "" {
+		return usageErr("give only one of --delay and --at")
+	}
+	if raw.Delay != "" {
+		d, err := queue.ParseDuration(raw.Delay)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			return usageErr("--delay must not be negative")
+		}
+		raw.Delay, raw.At = "", queue.FormatTime(now.Add(d))
+	}
+	sp, err := raw.Normalize()
+	if err != nil {
+		return err
+	}
+	if sp.ID == "" {
+		sp.ID = queue.NewID(now)
+	}
+	line, err := json.Marshal(sp)
+	if err != nil {
+		return err
+	}
+	home, err := app.Home()
+	if err != nil {
+		return err
+	}
+	if err := spool.Append(home, line, now); err != nil {
+		return err
+	}
+	fmt.Fprintln(app.Stdout, sp.ID)
+	return nil
+}

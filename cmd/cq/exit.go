@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/queue"
+)
+
+// Exit codes (SPEC section 5). This file is the one place errors become
+// exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitConflict = 3
+	exitNotFound = 4
+	exitTimeout  = 124
+)
+
+// exitErr carries an exit code; a silent one has already been reported.
+type exitErr struct {
+	code   int
+	msg    string
+	silent bool
+}
+
+func (e *exitErr) Error() string { return e.msg }
+
+// silentExit ends the command with code, its messages already printed.
+func silentExit(code int) error { return &exitErr{code: code, silent: true} }
+
+// usageErr is a bad-usage error (exit 1).
+func usageErr(format string, a ...any) error {
+	return &exitErr{code: exitError, msg: fmt.Sprintf(format, a...)}
+}
+
+// codeOf maps any error to its exit code.
+func codeOf(err error) int {
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var qe *queue.Error
+	if errors.As(err, &qe) {
+		return int(qe.Code)
+	}
+	if errors.Is(err, db.ErrFutureSchema) || errors.Is(err, db.ErrUnsupported) {
+		return exitError
+	}
+	return exitError
+}
+
+// report prints err as one line on stderr, unless it is silent.
+func report(w io.Writer, err error) {
+	var ee *exitErr
+	if errors.As(err, &ee) && ee.silent {
+		return
+	}
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", " ")
+	fmt.Fprintln(w, "cq: "+msg)
+}
+
+// multi runs fn for each id on its own, reports each failure on stderr,
+// and returns the first failure's code (SPEC section 5).
+func multi(stderr io.Writer, ids []string, fn func(id string) error) error {
+	first := 0
+	for _, id := range ids {
+		if err := fn(id); err != nil {
+			report(stderr, err)
+			if first == 0 {
+				first = codeOf(err)
+			}
+		}
+	}
+	if first != 0 {
+		return silentExit(first)
+	}
+	return nil
+}

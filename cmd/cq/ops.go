@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cq-dev/cq/internal/queue"
+
+	"github.com/spf13/cobra"
+)
+
+// stateOp is the shape of every per-task operation of the store.
+type stateOp func(ctx context.Context, ref, reason string) (id, state string, err error)
+
+// newTaskOpCmd builds cancel, retry, hold and release: several ids, each
+// handled on its own (SPEC section 5).
+func newTaskOpCmd(app *App, use, short string, op func(st *queue.Store) stateOp) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   use + " ID…",
+		Short: short,
+		Args:  minArgs(1, use+" needs at least one task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fn := op(st)
+			return multi(app.Stderr, args, func(ref string) error {
+				id, state, err := fn(cmd.Context(), ref, reason)
+				if err != nil {
+					return err
+				}
+				return app.printOutcome(id, state)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event")
+	return cmd
+}
+
+// printOutcome reports a changed task: nothing by default (the change is
+// the output), its id with -q, {id, state} with -o json/jsonl.
+func (a *App) printOutcome(id, state string) error {
+	switch {
+	case a.Quiet:
+		fmt.Fprintln(a.Stdout, id)
+	case a.format() == "json" || a.format() == "jsonl":
+		return writeJSONLine(a.Stdout, map[string]string{"id": id, "state": state})
+	}
+	return nil
+}
+
+func newCancelCmd(app *App) *cobra.Command {
+	return newTaskOpCmd(app, "cancel", "Cancel tasks (a running one is stopped by its worker)", func(st *queue.Store) stateOp { return st.Cancel })
+}
+
+func newRetryCmd(app *App) *cobra.Command {
+	return newTaskOpCmd(app, "retry", "Retry failed or cancelled tasks, or start a backing-off one now", func(st *queue.Store) stateOp { return st.Retry })
+}
+
+func newHoldCmd(app *App) *cobra.Command {
+	return newTaskOpCmd(app, "hold", "Hold tasks until cq release", func(st *queue.Store) stateOp { return st.Hold })
+}
+
+func newReleaseCmd(app *App) *cobra.Command {
+	return newTaskOpCmd(app, "release", "Remove the hold from tasks", func(st *queue.Store) stateOp { return st.Release })
+}
+
+func newSetStateCmd(app *App) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "set-state ID STATE",
+		Short: "Move a task to todo (enqueue, release, retry), blocked (hold) or cancelled",
+		Args:  exactArgs(2, "set-state takes a task id and a state"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			id, state, err := st.SetState(cmd.Context(), args[0], args[1], reason)
+			if err != nil {
+				return err
+			}
+			return app.printOutcome(id, state)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event")
+	return cmd
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/spf13/cobra"
+)
+
+func newQueueLsCmd(app *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List queues with their settings, backlog and running count",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			qs, err := st.Queues(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch {
+			case app.Quiet:
+				for _, q := range qs {
+					fmt.Fprintln(app.Stdout, q.Name)
+				}
+				return nil
+			case app.format() == "json":
+				return writeJSON(app.Stdout, qs)
+			case app.format() == "jsonl":
+				for _, q := range qs {
+					if err := writeJSONLine(app.Stdout, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			dash := func(s string) string {
+				if s == "" {
+					return "-"
+				}
+				return s
+			}
+			var rows [][]string
+			for _, q := range qs {
+				conc := "unlimited"
+				if q.Concurrency > 0 {
+					conc = strconv.Itoa(q.Concurrency)
+				}
+				rows = append(rows, []string{q.Name, strconv.FormatBool(q.Paused), conc, strconv.Itoa(q.Backlog), strconv.Itoa(q.Running),
+					strconv.Itoa(q.Retries), q.Backoff, strconv.Itoa(q.TransientRetries), strconv.Itoa(q.TimeoutRetries),
+					dash(q.Timeout), q.StartTimeout, q.WarnAfter})
+			}
+			return app.writeTable([]string{"QUEUE", "PAUSED", "CONCURRENCY", "BACKLOG", "RUNNING", "RETRIES", "BACKOFF",
+				"TRANSIENT_RETRIES", "TIMEOUT_RETRIES", "TIMEOUT", "START_TIMEOUT", "WARN_AFTER"}, rows)
+		},
+	}
+}
+
+func newQueueSetCmd(app *App) *cobra.Command {
+	var conc, retries, transient, timeoutRetries int
+	var backoff, timeout, startTimeout, warnAfter string
+	cmd := &cobra.Command{
+		Use:   "set QUEUE",
+		Short: "Change a queue's settings (they take effect at once)",
+		Args:  exactArgs(1, "queue set takes one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var set queue.QueueSettings
+			fl := cmd.Flags()
+			ints := map[string]struct {
+				v   *int
+				dst **int
+			}{
+				"concurrency": {&conc, &set.Concurrency}, "retries": {&retries, &set.Retries},
+				"transient-retries": {&transient, &set.TransientRetries}, "timeout-retries": {&timeoutRetries, &set.TimeoutRetries},
+			}
+			for name, p := range ints {
+				if fl.Changed(name) {
+					v := *p.v
+					*p.dst = &v
+				}
+			}
+			durs := map[string]struct {
+				v   *string
+				dst **time.Duration
+			}{
+				"backoff": {&backoff, &set.Backoff}, "timeout": {&timeout, &set.Timeout},
+				"start-timeout": {&startTimeout, &set.StartTimeout}, "warn-after": {&warnAfter, &set.WarnAfter},
+			}
+			for name, p := range durs {
+				if fl.Changed(name) {
+					d, err := queue.ParseDuration(*p.v)
+					if err != nil {
+						return usageErr("--%s: %v", name, err)
+					}
+					*p.dst = &d
+				}
+			}
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return st.SetQueue(cmd.Context(), args[0], set)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&conc, "concurrency", 0, "most tasks running at once across all workers (0 = unlimited)")
+	f.IntVar(&retries, "retries", 0, "retries after a non-zero exit (default 0)")
+	f.StringVar(&backoff, "backoff", "", "base delay before such a retry, doubling (default 30s)")
+	f.IntVar(&transient, "transient-retries", 0, "retries after a transient failure (default 3)")
+	f.IntVar(&timeoutRetries, "timeout-retries", 0, "retries after a timeout (default 1)")
+	f.StringVar(&timeout, "timeout", "", "run time limit of its tasks (0 = none)")
+	f.StringVar(&startTimeout, "start-timeout", "", "a claimed run not started within this fails (default 10m)")
+	f.StringVar(&warnAfter, "warn-after", "", "warn about a task waiting in todo this long (default 10m)")
+	return cmd
+}
+
+func newQueuePauseCmd(app *App, pause bool) *cobra.Command {
+	use, short := "pause QUEUE", "Start nothing new from a queue (running tasks go on)"
+	if !pause {
+		use, short = "resume QUEUE", "Let a paused queue start tasks again"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  exactArgs(1, "takes one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return st.SetQueue(cmd.Context(), args[0], queue.QueueSettings{Paused: &pause})
+		},
+	}
+}
+
+func newQueueClearCmd(app *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "clear QUEUE",
+		Short: "Cancel a queue's tasks that are not running",
+		Args:  exactArgs(1, "queue clear takes one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			n, err := st.ClearQueue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if app.format() == "json" || app.format() == "jsonl" {
+				return writeJSONLine(app.Stdout, map[string]any{"queue": args[0], "cancelled": n})
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,219 @@
+// Package db opens cq's store: it creates the file privately, sets the
+// pragmas, applies the embedded migrations and runs write transactions. It
+// knows nothing of tasks; internal/queue owns every statement about them.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	cq "github.com/cq-dev/cq"
+	"github.com/mattn/go-sqlite3"
+)
+
+// ErrFutureSchema means the database was written by a newer cq; it is
+// refused and left untouched.
+var ErrFutureSchema = errors.New("database schema is newer than this cq")
+
+// ErrUnsupported means the URL names a backend this build cannot use yet.
+var ErrUnsupported = errors.New("unsupported database")
+
+// DB is an open store. Reads go straight to SQL (autocommit, no lock);
+// writes go through Write, which serialises them inside this process so
+// that its goroutines queue on a mutex instead of SQLite's busy handler.
+type DB struct {
+	SQL  *sql.DB
+	Path string
+	mu   sync.Mutex
+}
+
+// Migration is one numbered section of schema.sql.
+type Migration struct {
+	Version int
+	SQL     string
+}
+
+var migrationHeader = regexp.MustCompile(`(?m)^-- migration (\d+)\s*$`)
+
+// Migrations splits the embedded schema into its numbered sections.
+func Migrations() []Migration {
+	locs := migrationHeader.FindAllStringSubmatchIndex(cq.SchemaSQL, -1)
+	var out []Migration
+	for i, loc := range locs {
+		v, _ := strconv.Atoi(cq.SchemaSQL[loc[2]:loc[3]])
+		end := len(cq.SchemaSQL)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		out = append(out, Migration{Version: v, SQL: cq.SchemaSQL[loc[1]:end]})
+	}
+	return out
+}
+
+// LatestVersion is the schema version this build writes.
+func LatestVersion() int {
+	m := Migrations()
+	return m[len(m)-1].Version
+}
+
+// PathFromURL turns a --db value into a SQLite file path. It accepts
+// sqlite://PATH, sqlite:PATH and a bare path; postgres:// is refused until
+// that backend exists.
+func PathFromURL(raw string) (string, error) {
+	switch {
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		return "", fmt.Errorf("%w: PostgreSQL support is not built yet (SPEC section 9); use a sqlite:// database", ErrUnsupported)
+	case strings.HasPrefix(raw, "sqlite://"):
+		return strings.TrimPrefix(raw, "sqlite://"), nil
+	case strings.HasPrefix(raw, "sqlite:"):
+		return strings.TrimPrefix(raw, "sqlite:"), nil
+	case strings.Contains(raw, "://"):
+		return "", fmt.Errorf("%w: %q (want sqlite://PATH)", ErrUnsupported, raw)
+	}
+	return raw, nil
+}
+
+// Open opens (creating if needed, mode 0600) the SQLite database at path
+// and brings its schema up to date.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("empty database path")
+	}
+	if err := createPrivate(path); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_busy_timeout", "30000")
+	q.Set("_foreign_keys", "on")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+	sqldb, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, err
+	}
+	sqldb.SetMaxOpenConns(8)
+	sqldb.SetMaxIdleConns(8)
+	sqldb.SetConnMaxIdleTime(0)
+	d := &DB{SQL: sqldb, Path: path}
+	if err := d.migrate(ctx); err != nil {
+		_ = sqldb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// createPrivate makes sure the database file exists with mode 0600 before
+// SQLite opens it: SQLite gives the -wal and -shm files the mode of the
+// database file, so they end up private too, whatever the umask.
+func createPrivate(path string) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return fmt.Errorf("database folder: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm() != 0o600 && st.Size() == 0 {
+		// Freshly created under a restrictive or permissive umask.
+		return f.Chmod(0o600)
+	}
+	return nil
+}
+
+func (d *DB) userVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var v int
+	err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+func (d *DB) migrate(ctx context.Context) error {
+	latest := LatestVersion()
+	v, err := d.userVersion(ctx, d.SQL)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > latest {
+		return fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
+	}
+	if v == latest {
+		return nil
+	}
+	// Several processes may open a new home at once: BEGIN IMMEDIATE makes
+	// them take turns, and each re-reads the version under the lock.
+	return d.Write(ctx, func(tx *sql.Tx) error {
+		v, err := d.userVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v > latest {
+			return fmt.Errorf("%w: schema version %d, this cq knows up to %d", ErrFutureSchema, v, latest)
+		}
+		for _, m := range Migrations() {
+			if m.Version <= v {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %d: %w", m.Version, err)
+			}
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Write runs fn in one write transaction (BEGIN IMMEDIATE) and commits it
+// if fn returns nil.
+func (d *DB) Write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tx, err := d.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return wrapBusy(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return wrapBusy(tx.Commit())
+}
+
+// Close closes the pool. Short-lived commands may skip it: leaving the
+// connection open at exit keeps the WAL file for the next call instead of
+// checkpointing and deleting it every time.
+func (d *DB) Close() error { return d.SQL.Close() }
+
+func wrapBusy(err error) error {
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) {
+		return fmt.Errorf("store busy for too long: %w", err)
+	}
+	return err
+}
+
+// IsConstraint reports whether err is a SQLite constraint violation.
+func IsConstraint(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint
+}

@@ -1,0 +1,52 @@
+// Package fsutil creates cq's files and folders private to the user,
+// whatever the umask: folders 0700, files 0600.
+package fsutil
+
+import (
+	"fmt"
+	"os"
+)
+
+// PrivateDir creates dir (and parents) if needed and makes it 0700.
+// Several processes may call it at once on the same path.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("cannot create home folder: %w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("home %s is not a folder", dir)
+	}
+	if st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("cannot make home folder private: %w", err)
+		}
+	}
+	return nil
+}
+
+// OpenPrivate opens path with flag, creating it with mode 0600; a file
+// it created is chmod'ed to exactly 0600 so the umask cannot loosen or
+// tighten it.
+func OpenPrivate(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.Mode().Perm() != 0o600 {
+		_ = f.Chmod(0o600)
+	}
+	return f, nil
+}
+
+// TouchPrivate makes sure path exists as a 0600 file.
+func TouchPrivate(path string) error {
+	f, err := OpenPrivate(path, os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

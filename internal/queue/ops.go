@@ -1,0 +1,341 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Resolve turns an id or a unique prefix of one into the full id. An exact
+// id wins over a prefix; an ambiguous prefix is an error (exit 1) listing
+// candidates.
+func (s *Store) Resolve(ctx context.Context, ref string) (string, error) {
+	return resolve(ctx, s.DB.SQL, ref)
+}
+
+func resolve(ctx context.Context, q querier, ref string) (string, error) {
+	if ref == "" {
+		return "", invalidf("empty task id")
+	}
+	if !ValidID(ref) {
+		return "", notFoundf("no task %q", ref)
+	}
+	var id string
+	err := q.QueryRowContext(ctx, `SELECT id FROM tasks WHERE id = ?`, ref).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", err
+	}
+	// Every id character is ASCII below '~', so ref + '~' bounds the range.
+	rows, err := q.QueryContext(ctx, `SELECT id FROM tasks WHERE id > ? AND id < ? ORDER BY id LIMIT 6`, ref, ref+"~")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	switch len(ids) {
+	case 0:
+		return "", notFoundf("no task %q", ref)
+	case 1:
+		return ids[0], nil
+	}
+	list := strings.Join(ids[:min(len(ids), 5)], ", ")
+	if len(ids) > 5 {
+		list += ", …"
+	}
+	return "", invalidf("prefix %q is ambiguous: %s", ref, list)
+}
+
+// mutate resolves ref and runs fn on the task's current row in one write
+// transaction. It returns the task's id and the state it ended in.
+func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sql.Tx, now time.Time, t *taskRow) error) (string, string, error) {
+	var id, state string
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		var err error
+		id, err = resolve(ctx, tx, ref)
+		if err != nil {
+			return err
+		}
+		t, err := getTask(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, now, t); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, id).Scan(&state)
+	})
+	return id, state, err
+}
+
+func refused(t *taskRow, what string) error {
+	st := t.State
+	if t.State == TaskBlocked && t.BlockedReason != "" {
+		st += " (" + t.BlockedReason + ")"
+	}
+	return conflictf("cannot %s task %s: it is %s", what, t.ID, st)
+}
+
+// Enqueue is the gateway step: an inbox task goes to todo, or blocked if
+// something blocks it. It returns the full id and the new state.
+func (s *Store) Enqueue(ctx context.Context, ref string) (string, string, error) {
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		return enqueueTask(ctx, tx, now, t, "")
+	})
+}
+
+func enqueueTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	if t.State != TaskInbox {
+		return refused(t, "enqueue")
+	}
+	_, err := enterLane(ctx, tx, now, t, reason)
+	return err
+}
+
+// Cancel cancels a task: inbox, todo and blocked tasks end cancelled at
+// once (their dependents too); a doing task's run is asked to stop
+// (running → cancelling) and the worker finishes the job.
+func (s *Store) Cancel(ctx context.Context, ref, reason string) (string, string, error) {
+	if reason == "" {
+		reason = "cancelled by user"
+	}
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		return cancelByUser(ctx, tx, now, t, reason)
+	})
+}
+
+func cancelByUser(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	switch t.State {
+	case TaskInbox, TaskTodo, TaskBlocked:
+		return cancelTask(ctx, tx, now, t, reason)
+	case TaskDoing:
+		return cancelDoing(ctx, tx, now, t, reason)
+	}
+	return refused(t, "cancel")
+}
+
+// cancelDoing asks the live run of a doing task to stop. A run not yet
+// started is cancelled outright with its task; a running one goes to
+// cancelling for its worker to confirm; one already cancelling is left.
+func cancelDoing(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	var runID, state string
+	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND state IN ('queued','running','cancelling')
+		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return conflictf("task %s is doing but has no live run; try again", t.ID)
+	}
+	if err != nil {
+		return err
+	}
+	switch state {
+	case RunCancelling:
+		return nil
+	case RunRunning:
+		return casRun(ctx, tx, now, runID, t.ID, RunRunning, RunCancelling, reason, "")
+	default: // queued
+		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, `ended_at = ?`, FormatTime(now)); err != nil {
+			return err
+		}
+		return cancelTask(ctx, tx, now, t, reason)
+	}
+}
+
+// casRun moves a run from one state to another and records the event.
+func casRun(ctx context.Context, tx *sql.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
+	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
+	if set != "" {
+		q += `, ` + set
+	}
+	q += ` WHERE id = ? AND state = ?`
+	all := append([]any{to, nullable(reason)}, args...)
+	all = append(all, runID, from)
+	res, err := tx.ExecContext(ctx, q, all...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		var cur string
+		_ = tx.QueryRowContext(ctx, `SELECT state FROM runs WHERE id = ?`, runID).Scan(&cur)
+		return conflictf("run %s is %s, not %s", runID, cur, from)
+	}
+	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: taskID, RunID: runID, From: from, To: to, Reason: reason})
+}
+
+// Hold adds a hold to an inbox, todo or blocked task. A todo task goes to
+// blocked; the others keep their state. Holding a held task is a no-op.
+func (s *Store) Hold(ctx context.Context, ref, reason string) (string, string, error) {
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		return holdTask(ctx, tx, now, t, reason)
+	})
+}
+
+func holdTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	switch t.State {
+	case TaskInbox, TaskBlocked:
+		if t.Hold {
+			return nil
+		}
+		return casSame(ctx, tx, now, t, "task.held", reason, `hold = 1, blocked_reason = CASE WHEN state = 'blocked' THEN 'hold' ELSE blocked_reason END`)
+	case TaskTodo:
+		return casTask(ctx, tx, now, t, TaskBlocked, "task.held", reason, `hold = 1, blocked_reason = 'hold', todo_at = NULL`)
+	}
+	return refused(t, "hold")
+}
+
+// casSame changes a task's fields without changing its state, guarded by
+// the state it was read in, and records the event (from = to).
+func casSame(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
+	all := append([]any{FormatTime(now)}, args...)
+	all = append(all, t.ID, t.State)
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET updated_at = ?, `+set+` WHERE id = ? AND state = ?`, all...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return conflictf("task %s changed state meanwhile; try again", t.ID)
+	}
+	return addEvent(ctx, tx, now, event{Kind: kind, TaskID: t.ID, From: t.State, To: t.State, Reason: reason})
+}
+
+// Release removes a task's hold. A blocked task with nothing else blocking
+// it goes to todo.
+func (s *Store) Release(ctx context.Context, ref, reason string) (string, string, error) {
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		return releaseTask(ctx, tx, now, t, reason)
+	})
+}
+
+func releaseTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	if !t.Hold || (t.State != TaskInbox && t.State != TaskBlocked) {
+		if t.State == TaskInbox || t.State == TaskBlocked || t.State == TaskTodo {
+			return conflictf("cannot release task %s: it has no hold", t.ID)
+		}
+		return refused(t, "release")
+	}
+	if t.State == TaskInbox {
+		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0`)
+	}
+	br := blockedReason(false, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
+	if br != "" {
+		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, blocked_reason = ?`, br)
+	}
+	return casTask(ctx, tx, now, t, TaskTodo, "task.released", reason,
+		`hold = 0, blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now))
+}
+
+// Retry gives a task fresh retry budgets and: failed or cancelled → todo
+// (or blocked if a hold or an unmet dependency remains), at the back of its
+// key lane; blocked only by a retry backoff or a schedule → todo now.
+func (s *Store) Retry(ctx context.Context, ref, reason string) (string, string, error) {
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		return retryTask(ctx, tx, now, t, reason)
+	})
+}
+
+func retryTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	switch t.State {
+	case TaskFailed, TaskCancelled:
+		if dep, why, err := deadDependency(ctx, tx, t.ID); err != nil {
+			return err
+		} else if dep != "" {
+			return conflictf("cannot retry task %s: %s", t.ID, why)
+		}
+		if t.Unique {
+			var other string
+			err := tx.QueryRowContext(ctx, `SELECT id FROM tasks WHERE key = ? AND id != ? AND state IN ('inbox','todo','blocked','doing') LIMIT 1`, t.Key, t.ID).Scan(&other)
+			if err == nil {
+				return &Error{Code: CodeConflict, Existing: other, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		var left int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_deps d JOIN tasks t ON t.id = d.dep_id
+			WHERE d.task_id = ? AND t.state != 'done'`, t.ID).Scan(&left); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = ?, not_before = NULL, not_before_why = NULL,
+			fails_other = 0, fails_transient = 0, fails_timeout = 0 WHERE id = ? AND state = ?`, left, t.ID, t.State); err != nil {
+			return err
+		}
+		t.DepsLeft, t.NotBefore, t.NotBeforeWhy = left, "", ""
+		if reason == "" {
+			reason = "retried by user"
+		}
+		_, err := enterLane(ctx, tx, now, t, reason)
+		return err
+	case TaskBlocked:
+		if t.Hold || t.DepsLeft > 0 || t.NotBefore == "" {
+			return refused(t, "retry")
+		}
+		if reason == "" {
+			reason = "retried by user"
+		}
+		return casTask(ctx, tx, now, t, TaskTodo, "", reason,
+			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0,
+			fails_other = 0, fails_transient = 0, fails_timeout = 0`, FormatTime(now))
+	}
+	return refused(t, "retry")
+}
+
+// SetState is the generic form of enqueue, release, retry, hold and
+// cancel. It refuses (conflict) any other target, any transition those
+// commands would refuse, and an outcome other than the requested state;
+// a refusal changes nothing.
+func (s *Store) SetState(ctx context.Context, ref, target, reason string) (string, string, error) {
+	if !ValidTaskState(target) {
+		return "", "", invalidf("unknown state %q (want one of %s)", target, strings.Join(TaskStates, ", "))
+	}
+	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+		var err error
+		switch target {
+		case TaskTodo:
+			switch {
+			case t.State == TaskInbox:
+				err = enqueueTask(ctx, tx, now, t, reason)
+			case t.State == TaskBlocked && t.Hold:
+				err = releaseTask(ctx, tx, now, t, reason)
+			default:
+				err = retryTask(ctx, tx, now, t, reason)
+			}
+		case TaskBlocked:
+			if t.State == TaskBlocked && t.Hold {
+				return nil
+			}
+			err = holdTask(ctx, tx, now, t, reason)
+		case TaskCancelled:
+			if reason == "" {
+				reason = "cancelled by user"
+			}
+			err = cancelByUser(ctx, tx, now, t, reason)
+		default:
+			return conflictf("cannot set task %s to %s: only todo, blocked and cancelled can be requested", t.ID, target)
+		}
+		if err != nil {
+			return err
+		}
+		var state string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, t.ID).Scan(&state); err != nil {
+			return err
+		}
+		if state != target {
+			return conflictf("task %s would end %s, not %s; nothing changed", t.ID, state, target)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,190 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+)
+
+// Queue is a queue's settings and live counts as cq prints them.
+type Queue struct {
+	Name             string `json:"name"`
+	Paused           bool   `json:"paused"`
+	Concurrency      int    `json:"concurrency"`
+	Retries          int    `json:"retries"`
+	Backoff          string `json:"backoff"`
+	TransientRetries int    `json:"transient_retries"`
+	TimeoutRetries   int    `json:"timeout_retries"`
+	Timeout          string `json:"timeout"`
+	StartTimeout     string `json:"start_timeout"`
+	WarnAfter        string `json:"warn_after"`
+	Backlog          int    `json:"backlog"`
+	Running          int    `json:"running"`
+}
+
+// QueueSettings are the settable fields of a queue; nil leaves a field as
+// it is.
+type QueueSettings struct {
+	Concurrency      *int
+	Retries          *int
+	Backoff          *time.Duration
+	TransientRetries *int
+	TimeoutRetries   *int
+	Timeout          *time.Duration
+	StartTimeout     *time.Duration
+	WarnAfter        *time.Duration
+	Paused           *bool
+}
+
+func msString(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// Queues lists every queue with its backlog (todo tasks) and running count.
+func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
+		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
+		(SELECT COUNT(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
+		(SELECT COUNT(*) FROM runs r WHERE r.state IN ('queued','running','cancelling') AND r.queue = q.name)
+		FROM queues q ORDER BY q.name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Queue{}
+	for rows.Next() {
+		var q Queue
+		var backoff, timeout, start, warn int64
+		if err := rows.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &backoff, &q.TransientRetries, &q.TimeoutRetries,
+			&timeout, &start, &warn, &q.Backlog, &q.Running); err != nil {
+			return nil, err
+		}
+		q.Backoff, q.Timeout, q.StartTimeout, q.WarnAfter = msString(backoff), msString(timeout), msString(start), msString(warn)
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// SetQueue creates the queue if needed and applies the given settings, in
+// one transaction with a queue.updated event.
+func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) error {
+	if !ValidQueueName(name) {
+		return invalidf("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", name)
+	}
+	var cols []string
+	var args []any
+	data := map[string]any{}
+	addInt := func(col, field string, v *int) error {
+		if v == nil {
+			return nil
+		}
+		if *v < 0 {
+			return invalidf("--%s must be 0 or more", strings.ReplaceAll(field, "_", "-"))
+		}
+		cols, args = append(cols, col+" = ?"), append(args, *v)
+		data[field] = *v
+		return nil
+	}
+	addDur := func(col, field string, v *time.Duration, allowZero bool) error {
+		if v == nil {
+			return nil
+		}
+		if *v < 0 || (!allowZero && *v == 0) {
+			return invalidf("--%s must be positive", strings.ReplaceAll(field, "_", "-"))
+		}
+		cols, args = append(cols, col+" = ?"), append(args, v.Milliseconds())
+		data[field] = v.String()
+		return nil
+	}
+	for _, err := range []error{
+		addInt("concurrency", "concurrency", set.Concurrency),
+		addInt("retries", "retries", set.Retries),
+		addDur("backoff_ms", "backoff", set.Backoff, false),
+		addInt("transient_retries", "transient_retries", set.TransientRetries),
+		addInt("timeout_retries", "timeout_retries", set.TimeoutRetries),
+		addDur("timeout_ms", "timeout", set.Timeout, true),
+		addDur("start_timeout_ms", "start_timeout", set.StartTimeout, false),
+		addDur("warn_after_ms", "warn_after", set.WarnAfter, false),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	kind := "queue.updated"
+	if set.Paused != nil {
+		cols, args = append(cols, "paused = ?"), append(args, *set.Paused)
+		kind = "queue.resumed"
+		if *set.Paused {
+			kind = "queue.paused"
+		}
+	}
+	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		if err := ensureQueue(ctx, tx, now, name); err != nil {
+			return err
+		}
+		if len(cols) > 0 {
+			a := append(append([]any{}, args...), FormatTime(now), name)
+			if _, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ?`, a...); err != nil {
+				return err
+			}
+		}
+		data["queue"] = name
+		return addEvent(ctx, tx, now, event{Kind: kind, Data: data})
+	})
+}
+
+// ClearQueue cancels every task of the queue that is not doing, and their
+// dependents. It returns how many tasks of the queue it cancelled.
+func (s *Store) ClearQueue(ctx context.Context, name string) (int, error) {
+	if !ValidQueueName(name) {
+		return 0, invalidf("invalid queue name %q", name)
+	}
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n = 0
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE name = ?`, name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return notFoundf("no queue %q", name)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM tasks WHERE queue = ? AND state IN ('inbox','todo','blocked') ORDER BY seq`, name)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			// Re-read: an earlier cancel may have cancelled it as a dependent.
+			t, err := getTask(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if TaskTerminal(t.State) {
+				continue
+			}
+			if err := cancelTask(ctx, tx, now, t, "queue "+name+" cleared"); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,344 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Task is a task as cq prints it (SPEC section 5's JSON shape, plus the
+// spec fields). Optional values are null, never missing.
+type Task struct {
+	ID            string            `json:"id"`
+	State         string            `json:"state"`
+	Queue         string            `json:"queue"`
+	Key           *string           `json:"key"`
+	Priority      string            `json:"priority"`
+	Attempts      int               `json:"attempts"`
+	BlockedReason *string           `json:"blocked_reason"`
+	NotBefore     *string           `json:"not_before"`
+	After         []string          `json:"after"`
+	CreatedAt     string            `json:"created_at"`
+	UpdatedAt     string            `json:"updated_at"`
+	FinishedAt    *string           `json:"finished_at"`
+	Reason        *string           `json:"reason"`
+	Hold          bool              `json:"hold"`
+	Unique        bool              `json:"unique"`
+	Cmd           []string          `json:"cmd,omitempty"`
+	Shell         string            `json:"shell,omitempty"`
+	Intent        string            `json:"intent,omitempty"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	Timeout       *string           `json:"timeout"`
+	Retries       *int              `json:"retries"`
+	Env           map[string]string `json:"env,omitempty"`
+	Cwd           *string           `json:"cwd"`
+	Runs          *[]Run            `json:"runs,omitempty"`
+}
+
+// Run is one attempt as cq prints it.
+type Run struct {
+	ID        string  `json:"id"`
+	TaskID    string  `json:"task_id"`
+	Attempt   int     `json:"attempt"`
+	State     string  `json:"state"`
+	ExitCode  *int    `json:"exit_code"`
+	Signal    *string `json:"signal"`
+	Worker    *string `json:"worker"`
+	StartedAt *string `json:"started_at"`
+	EndedAt   *string `json:"ended_at"`
+	Error     *string `json:"error"`
+	Reason    *string `json:"reason"`
+	CreatedAt string  `json:"created_at"`
+}
+
+// Command renders the task's command for a table.
+func (t *Task) Command() string {
+	switch {
+	case t.Shell != "":
+		return t.Shell
+	case t.Intent != "":
+		return "intent:" + t.Intent
+	}
+	return strings.Join(t.Cmd, " ")
+}
+
+func strp(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (r *taskRow) view() *Task {
+	var sp Spec
+	_ = json.Unmarshal([]byte(r.Spec), &sp)
+	t := &Task{
+		ID: r.ID, State: r.State, Queue: r.Queue, Key: strp(r.Key), Priority: PriorityName(r.Priority),
+		Attempts: r.Attempts, BlockedReason: strp(r.BlockedReason), After: []string{},
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: strp(r.FinishedAt), Reason: strp(r.Reason),
+		Hold: r.Hold, Unique: r.Unique, Cmd: sp.Cmd, Shell: sp.Shell, Intent: sp.Intent, Payload: sp.Payload,
+		Timeout: strp(sp.Timeout), Retries: sp.Retries, Env: sp.Env, Cwd: strp(sp.Cwd),
+	}
+	if r.State == TaskBlocked || r.State == TaskInbox {
+		t.NotBefore = strp(r.NotBefore)
+	}
+	if r.State != TaskBlocked {
+		t.BlockedReason = nil
+	}
+	return t
+}
+
+// ListFilter selects tasks for List.
+type ListFilter struct {
+	States []string
+	Queue  string
+	Key    string
+	Limit  int // 0 = all
+}
+
+// List returns tasks newest first.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]*Task, error) {
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	var where []string
+	var args []any
+	if len(f.States) > 0 {
+		where = append(where, `state IN (`+strings.TrimSuffix(strings.Repeat("?,", len(f.States)), ",")+`)`)
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	if f.Queue != "" {
+		where = append(where, `queue = ?`)
+		args = append(args, f.Queue)
+	}
+	if f.Key != "" {
+		where = append(where, `key = ?`)
+		args = append(args, f.Key)
+	}
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY created_at DESC, id DESC`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.DB.SQL.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Task
+	byID := map[string]*Task{}
+	for rows.Next() {
+		r, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		t := r.view()
+		out = append(out, t)
+		byID[t.ID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.fillAfter(ctx, byID); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fillAfter loads the dependencies of the given tasks.
+func (s *Store) fillAfter(ctx context.Context, byID map[string]*Task) error {
+	if len(byID) == 0 {
+		return nil
+	}
+	// A page of tasks asks by id; a listing of everything reads the whole
+	// (small) dependency table instead of building a huge IN list.
+	q, args := `SELECT task_id, dep_id FROM task_deps ORDER BY task_id, pos`, []any(nil)
+	if len(byID) <= 500 {
+		for id := range byID {
+			args = append(args, id)
+		}
+		q = `SELECT task_id, dep_id FROM task_deps WHERE task_id IN (` +
+			strings.TrimSuffix(strings.Repeat("?,", len(args)), ",") + `) ORDER BY task_id, pos`
+	}
+	rows, err := s.DB.SQL.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tid, dep string
+		if err := rows.Scan(&tid, &dep); err != nil {
+			return err
+		}
+		if t := byID[tid]; t != nil {
+			t.After = append(t.After, dep)
+		}
+	}
+	return rows.Err()
+}
+
+// Get returns one task with its runs, oldest first.
+func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
+	id, err := s.Resolve(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	r, err := getTask(ctx, s.DB.SQL, id)
+	if err != nil {
+		return nil, err
+	}
+	t := r.view()
+	if err := s.fillAfter(ctx, map[string]*Task{t.ID: t}); err != nil {
+		return nil, err
+	}
+	runs, err := s.Runs(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	t.Runs = &runs
+	return t, nil
+}
+
+// Runs returns a task's runs, oldest first.
+func (s *Store) Runs(ctx context.Context, taskID string) ([]Run, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at,
+		error, reason, created_at FROM runs WHERE task_id = ? ORDER BY attempt`, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	runs := []Run{}
+	for rows.Next() {
+		var r Run
+		var exit sql.NullInt64
+		var sig, worker, started, ended, errs, reason sql.NullString
+		if err := rows.Scan(&r.ID, &r.TaskID, &r.Attempt, &r.State, &exit, &sig, &worker, &started, &ended, &errs, &reason, &r.CreatedAt); err != nil {
+			return nil, err
+		}
+		if exit.Valid {
+			v := int(exit.Int64)
+			r.ExitCode = &v
+		}
+		r.Signal, r.Worker, r.StartedAt, r.EndedAt = nsp(sig), nsp(worker), nsp(started), nsp(ended)
+		r.Error, r.Reason = nsp(errs), nsp(reason)
+		runs = append(runs, r)
+	}
+	return runs, rows.Err()
+}
+
+func nsp(n sql.NullString) *string {
+	if !n.Valid {
+		return nil
+	}
+	return &n.String
+}
+
+// Event is one entry of the event log (SPEC section 7).
+type Event struct {
+	Seq    int64           `json:"seq"`
+	At     string          `json:"at"`
+	Kind   string          `json:"kind"`
+	TaskID *string         `json:"task_id"`
+	RunID  *string         `json:"run_id"`
+	From   *string         `json:"from"`
+	To     *string         `json:"to"`
+	Reason *string         `json:"reason"`
+	Data   json.RawMessage `json:"data,omitempty"`
+}
+
+// Events returns up to limit events with seq > since, in seq order.
+func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT seq, at, kind, task_id, run_id, from_state, to_state, reason, data
+		FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var task, run, from, to, reason, data sql.NullString
+		if err := rows.Scan(&e.Seq, &e.At, &e.Kind, &task, &run, &from, &to, &reason, &data); err != nil {
+			return nil, err
+		}
+		e.TaskID, e.RunID, e.From, e.To, e.Reason = nsp(task), nsp(run), nsp(from), nsp(to), nsp(reason)
+		if data.Valid {
+			e.Data = json.RawMessage(data.String)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// LastSeq is the seq of the newest event, or 0.
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	var seq int64
+	err := s.DB.SQL.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq)
+	return seq, err
+}
+
+// TaskEvents returns every event of one task, in order.
+func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT seq, at, kind, task_id, run_id, from_state, to_state, reason, data
+		FROM events WHERE task_id = ? ORDER BY seq`, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var task, run, from, to, reason, data sql.NullString
+		if err := rows.Scan(&e.Seq, &e.At, &e.Kind, &task, &run, &from, &to, &reason, &data); err != nil {
+			return nil, err
+		}
+		e.TaskID, e.RunID, e.From, e.To, e.Reason = nsp(task), nsp(run), nsp(from), nsp(to), nsp(reason)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// PromoteDue moves blocked tasks whose time has come (a retry backoff or a
+// schedule) and that nothing else blocks back to todo. It returns how many
+// moved.
+func (s *Store) PromoteDue(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
+			WHERE state = 'blocked' AND not_before IS NOT NULL AND not_before <= ? AND hold = 0 AND deps_left = 0 LIMIT 1000`, FormatTime(now))
+		if err != nil {
+			return err
+		}
+		var due []*taskRow
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			due = append(due, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, t := range due {
+			why := "due"
+			if t.NotBeforeWhy != "" {
+				why = t.NotBeforeWhy + " due"
+			}
+			if err := casTask(ctx, tx, now, t, TaskTodo, "", why,
+				`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,328 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Spec is a task spec (SPEC section 4): CLI flags, or one JSON object per
+// line for --batch and the spool. Unknown fields are an error.
+type Spec struct {
+	ID       string            `json:"id,omitempty"`
+	Cmd      []string          `json:"cmd,omitempty"`
+	Shell    string            `json:"shell,omitempty"`
+	Intent   string            `json:"intent,omitempty"`
+	Payload  json.RawMessage   `json:"payload,omitempty"`
+	Queue    string            `json:"queue,omitempty"`
+	Key      string            `json:"key,omitempty"`
+	Unique   bool              `json:"unique,omitempty"`
+	Priority string            `json:"priority,omitempty"`
+	After    []string          `json:"after,omitempty"`
+	Timeout  string            `json:"timeout,omitempty"`
+	Retries  *int              `json:"retries,omitempty"`
+	Delay    string            `json:"delay,omitempty"`
+	At       string            `json:"at,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"`
+	Hold     bool              `json:"hold,omitempty"`
+}
+
+var (
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	intentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	daysPattern   = regexp.MustCompile(`([0-9]+(?:\.[0-9]*)?|\.[0-9]+)d`)
+)
+
+// MaxKeyLen bounds --key.
+const MaxKeyLen = 256
+
+// ValidID reports whether s may be a task id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// ValidQueueName reports whether s may name a queue (the id pattern).
+func ValidQueueName(s string) bool { return idPattern.MatchString(s) }
+
+// ParseSpecJSON decodes one JSONL line strictly: one object, no unknown
+// fields, nothing after it.
+func ParseSpecJSON(line []byte) (Spec, error) {
+	var s Spec
+	if !utf8.Valid(line) {
+		return s, invalidf("line is not valid UTF-8")
+	}
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return s, invalidf("not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, invalidf("bad task spec: %s", jsonErr(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return s, invalidf("bad task spec: unexpected data after the JSON object")
+	}
+	return s, nil
+}
+
+func jsonErr(err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "json: ")
+	if strings.HasPrefix(msg, "unknown field") {
+		return msg
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type.String())
+	}
+	return msg
+}
+
+// ParseDuration reads a Go duration with an extra d (days) unit, e.g. 30d,
+// 1d12h, 90s.
+func ParseDuration(s string) (time.Duration, error) {
+	in := strings.TrimSpace(s)
+	if in == "" {
+		return 0, invalidf("empty duration")
+	}
+	conv := daysPattern.ReplaceAllStringFunc(in, func(m string) string {
+		f, err := strconv.ParseFloat(strings.TrimSuffix(m, "d"), 64)
+		if err != nil {
+			return m
+		}
+		return strconv.FormatFloat(f*24, 'f', -1, 64) + "h"
+	})
+	d, err := time.ParseDuration(conv)
+	if err != nil {
+		return 0, invalidf("invalid duration %q (want e.g. 90s, 1h30m, 30d)", s)
+	}
+	return d, nil
+}
+
+// ParseTime reads --at: RFC 3339, or "YYYY-MM-DD HH:MM[:SS]" in loc.
+func ParseTime(s string, loc *time.Location) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04"} {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, invalidf("invalid time %q (want RFC 3339 or YYYY-MM-DD HH:MM[:SS])", s)
+}
+
+// ParsePriority turns P0…P3 (any case) into 0…3.
+func ParsePriority(s string) (int, error) {
+	if len(s) == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3' {
+		return int(s[1] - '0'), nil
+	}
+	return 0, invalidf("invalid priority %q (want P0, P1, P2 or P3)", s)
+}
+
+// PriorityName turns 0…3 into P0…P3.
+func PriorityName(p int) string { return "P" + strconv.Itoa(p) }
+
+// Normalize validates s, fills in the defaults and canonical forms, and
+// returns the spec to store. now is the creation time (a delay counts from
+// it). The id is validated when set but not generated here.
+func (s Spec) Normalize() (Spec, error) {
+	n := s
+	if n.ID != "" && !ValidID(n.ID) {
+		return n, invalidf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", n.ID)
+	}
+	kinds := 0
+	if n.Cmd != nil {
+		kinds++
+		if len(n.Cmd) == 0 || n.Cmd[0] == "" {
+			return n, invalidf("empty command")
+		}
+	}
+	if n.Shell != "" {
+		kinds++
+		if strings.TrimSpace(n.Shell) == "" {
+			return n, invalidf("empty command")
+		}
+	}
+	if n.Intent != "" {
+		kinds++
+		if !intentPattern.MatchString(n.Intent) {
+			return n, invalidf("invalid intent name %q (want ^[A-Za-z0-9][A-Za-z0-9_.-]*$)", n.Intent)
+		}
+	}
+	switch {
+	case kinds == 0:
+		return n, invalidf("empty command: give a command after --, --shell, or --intent")
+	case kinds > 1:
+		return n, invalidf("give only one of a command, --shell and --intent")
+	}
+	for _, a := range n.Cmd {
+		if strings.IndexByte(a, 0) >= 0 {
+			return n, invalidf("command arguments may not contain NUL bytes")
+		}
+	}
+	if strings.IndexByte(n.Shell, 0) >= 0 {
+		return n, invalidf("--shell may not contain NUL bytes")
+	}
+	if len(n.Payload) > 0 {
+		if n.Intent == "" {
+			return n, invalidf("--payload needs --intent")
+		}
+		if !json.Valid(n.Payload) {
+			return n, invalidf("payload is not valid JSON")
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, n.Payload); err != nil {
+			return n, invalidf("payload is not valid JSON")
+		}
+		n.Payload = buf.Bytes()
+	}
+	if n.Queue == "" {
+		n.Queue = "default"
+	}
+	if !ValidQueueName(n.Queue) {
+		return n, invalidf("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", n.Queue)
+	}
+	if n.Key != "" {
+		if len(n.Key) > MaxKeyLen || !utf8.ValidString(n.Key) || strings.ContainsAny(n.Key, "\x00\n\r\t") {
+			return n, invalidf("invalid key %q (up to %d printable characters)", n.Key, MaxKeyLen)
+		}
+	}
+	if n.Unique && n.Key == "" {
+		return n, invalidf("--unique needs --key")
+	}
+	if n.Priority == "" {
+		n.Priority = "P2"
+	}
+	p, err := ParsePriority(n.Priority)
+	if err != nil {
+		return n, err
+	}
+	n.Priority = PriorityName(p)
+	if len(n.After) > 0 {
+		seen := map[string]bool{}
+		var after []string
+		for _, a := range n.After {
+			a = strings.TrimSpace(a)
+			if a == "" {
+				return n, invalidf("--after: empty task id")
+			}
+			if !ValidID(a) {
+				return n, invalidf("--after: invalid task id %q", a)
+			}
+			if a == n.ID {
+				return n, invalidf("--after: a task cannot depend on itself")
+			}
+			if !seen[a] {
+				seen[a] = true
+				after = append(after, a)
+			}
+		}
+		n.After = after
+	} else {
+		n.After = nil
+	}
+	if n.Timeout != "" {
+		d, err := ParseDuration(n.Timeout)
+		if err != nil {
+			return n, err
+		}
+		if d <= 0 {
+			return n, invalidf("--timeout must be positive")
+		}
+		n.Timeout = d.String()
+	}
+	if n.Retries != nil && *n.Retries < 0 {
+		return n, invalidf("--retries must be 0 or more")
+	}
+	if n.Delay != "" && n.At != "" {
+		return n, invalidf("give only one of --delay and --at")
+	}
+	if n.Delay != "" {
+		d, err := ParseDuration(n.Delay)
+		if err != nil {
+			return n, err
+		}
+		if d < 0 {
+			return n, invalidf("--delay must not be negative")
+		}
+		n.Delay = d.String()
+	}
+	if n.At != "" {
+		t, err := ParseTime(n.At, time.Local)
+		if err != nil {
+			return n, err
+		}
+		n.At = FormatTime(t)
+	}
+	if len(n.Env) == 0 {
+		n.Env = nil
+	}
+	for k, v := range n.Env {
+		if !envKeyPattern.MatchString(k) {
+			return n, invalidf("invalid environment variable name %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return n, invalidf("environment variable %s may not contain NUL bytes", k)
+		}
+	}
+	if n.Cwd != "" {
+		if !filepath.IsAbs(n.Cwd) {
+			return n, invalidf("cwd %q is not an absolute path", n.Cwd)
+		}
+		n.Cwd = filepath.Clean(n.Cwd)
+	}
+	return n, nil
+}
+
+// Canonical is the stored form of a normalised spec, without its id: two
+// specs are "the same" for --id idempotency when these bytes are equal.
+func (s Spec) Canonical() string {
+	c := s
+	c.ID = ""
+	if c.After != nil {
+		c.After = append([]string(nil), c.After...)
+		sort.Strings(c.After)
+	}
+	b, _ := json.Marshal(c)
+	return string(b)
+}
+
+// NotBefore is the time a scheduled spec may start, or zero.
+func (s Spec) NotBefore(created time.Time) time.Time {
+	if s.At != "" {
+		t, _ := time.Parse(time.RFC3339Nano, s.At)
+		return t
+	}
+	if s.Delay != "" {
+		d, _ := ParseDuration(s.Delay)
+		if d > 0 {
+			return created.Add(d)
+		}
+	}
+	return time.Time{}
+}
+
+// TimeFormat is how cq stores and prints times: RFC 3339 UTC, fixed width,
+// so that stored times compare correctly as text.
+const TimeFormat = "2006-01-02T15:04:05.000Z"
+
+// FormatTime renders t in TimeFormat.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+// ParseStoredTime reads a time written by FormatTime.
+func ParseStoredTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}

@@ -1,0 +1,314 @@
+// Package queue is cq's domain: tasks, runs, their state machines, and every
+// statement that reads or changes them. Each state change is one
+// conditional UPDATE on the expected state (a compare-and-set) committed in
+// the same transaction as the event that records it.
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/cq-dev/cq/internal/db"
+)
+
+// Store is the task store over one database.
+type Store struct {
+	DB *db.DB
+	// Now is the clock; tests replace it to move time without waiting.
+	Now func() time.Time
+}
+
+// New returns a Store over d using the wall clock.
+func New(d *db.DB) *Store {
+	return &Store{DB: d, Now: time.Now}
+}
+
+func (s *Store) now() time.Time { return s.Now().UTC() }
+
+// write runs fn in one write transaction.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx, now time.Time) error) error {
+	return s.DB.Write(ctx, func(tx *sql.Tx) error { return fn(tx, s.now()) })
+}
+
+// querier is what both *sql.DB and *sql.Tx offer.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+// taskRow is a tasks row as stored.
+type taskRow struct {
+	ID             string
+	State          string
+	Queue          string
+	Key            string
+	Priority       int
+	Seq            int64
+	LaneHead       bool
+	Spec           string
+	Unique         bool
+	Hold           bool
+	DepsLeft       int
+	NotBefore      string
+	NotBeforeWhy   string
+	BlockedReason  string
+	Reason         string
+	Attempts       int
+	FailsOther     int
+	FailsTransient int
+	FailsTimeout   int
+	TodoAt         string
+	CreatedAt      string
+	UpdatedAt      string
+	FinishedAt     string
+}
+
+const taskCols = `id, state, queue, COALESCE(key,''), priority, COALESCE(seq,0), lane_head, spec, is_unique, hold,
+	deps_left, COALESCE(not_before,''), COALESCE(not_before_why,''), COALESCE(blocked_reason,''), COALESCE(reason,''),
+	attempts, fails_other, fails_transient, fails_timeout, COALESCE(todo_at,''), created_at, updated_at, COALESCE(finished_at,'')`
+
+func scanTask(sc interface{ Scan(...any) error }) (*taskRow, error) {
+	var t taskRow
+	err := sc.Scan(&t.ID, &t.State, &t.Queue, &t.Key, &t.Priority, &t.Seq, &t.LaneHead, &t.Spec, &t.Unique, &t.Hold,
+		&t.DepsLeft, &t.NotBefore, &t.NotBeforeWhy, &t.BlockedReason, &t.Reason,
+		&t.Attempts, &t.FailsOther, &t.FailsTransient, &t.FailsTimeout, &t.TodoAt, &t.CreatedAt, &t.UpdatedAt, &t.FinishedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func getTask(ctx context.Context, q querier, id string) (*taskRow, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFoundf("no task %q", id)
+	}
+	return t, err
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// blockedReason names the first condition that still blocks a task, in
+// SPEC order, or "" when nothing does.
+func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time) string {
+	switch {
+	case hold:
+		return BlockedHold
+	case depsLeft > 0:
+		return BlockedDependency
+	case notBefore != "" && notBefore > FormatTime(now):
+		if why == "" {
+			return BlockedScheduled
+		}
+		return why
+	}
+	return ""
+}
+
+// nextSeq is the seq the next event will get; a task entering its lane
+// takes it as its place, so lane order is gateway order.
+func nextSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var seq int64
+	err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1`).Scan(&seq)
+	return seq, err
+}
+
+// event is one row of the event log.
+type event struct {
+	Kind, TaskID, RunID, From, To, Reason string
+	Data                                  any
+}
+
+func addEvent(ctx context.Context, tx *sql.Tx, now time.Time, e event) error {
+	var data any
+	if e.Data != nil {
+		b, err := json.Marshal(e.Data)
+		if err != nil {
+			return err
+		}
+		data = string(b)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		FormatTime(now), e.Kind, nullable(e.TaskID), nullable(e.RunID), nullable(e.From), nullable(e.To), nullable(e.Reason), data)
+	return err
+}
+
+// laneIsFree reports whether no live task holds key's lane, so a task
+// entering it becomes its head.
+func laneIsFree(ctx context.Context, tx *sql.Tx, key, exceptID string) (bool, error) {
+	if key == "" {
+		return true, nil
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM tasks WHERE key = ? AND state IN ('todo','blocked','doing') AND id != ? LIMIT 1`, key, exceptID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return true, nil
+	}
+	return false, err
+}
+
+// advanceLane hands key's lane to its next task after its head left it.
+func advanceLane(ctx context.Context, tx *sql.Tx, key string) error {
+	if key == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE tasks SET lane_head = 1
+		WHERE id = (SELECT id FROM tasks WHERE key = ? AND state IN ('todo','blocked','doing') ORDER BY seq LIMIT 1)
+		AND lane_head = 0`, key)
+	return err
+}
+
+// casTask moves a task from one state to another and records the event;
+// set lists extra assignments. A lost CAS returns a conflict naming the
+// state the task is in now.
+func casTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
+	q := `UPDATE tasks SET state = ?, updated_at = ?`
+	if set != "" {
+		q += `, ` + set
+	}
+	q += ` WHERE id = ? AND state = ?`
+	all := append([]any{to, FormatTime(now)}, args...)
+	all = append(all, t.ID, t.State)
+	res, err := tx.ExecContext(ctx, q, all...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		cur, err := getTask(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		return conflictf("task %s is %s, not %s", t.ID, cur.State, t.State)
+	}
+	if kind == "" {
+		kind = "task." + to
+	}
+	return addEvent(ctx, tx, now, event{Kind: kind, TaskID: t.ID, From: t.State, To: to, Reason: reason})
+}
+
+// enterLane moves a task into todo or blocked (from inbox at the gateway,
+// or from failed/cancelled on cq retry): it takes the next seq, which puts
+// it at the back of its key lane, and becomes the lane's head if the lane
+// is free. If a dependency already ended failed or cancelled it is
+// cancelled instead.
+func enterLane(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) (string, error) {
+	if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
+		return "", err
+	} else if dead != "" {
+		return TaskCancelled, cancelTask(ctx, tx, now, t, why)
+	}
+	br := blockedReason(t.Hold, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
+	to := TaskTodo
+	if br != "" {
+		to = TaskBlocked
+	}
+	seq, err := nextSeq(ctx, tx)
+	if err != nil {
+		return "", err
+	}
+	free, err := laneIsFree(ctx, tx, t.Key, t.ID)
+	if err != nil {
+		return "", err
+	}
+	todoAt := any(nil)
+	if to == TaskTodo {
+		todoAt = FormatTime(now)
+	}
+	err = casTask(ctx, tx, now, t, to, "", reason,
+		`seq = ?, lane_head = ?, blocked_reason = ?, todo_at = ?, warned = 0, finished_at = NULL, reason = ?`,
+		seq, free, nullable(br), todoAt, nullable(reason))
+	return to, err
+}
+
+// deadDependency returns a dependency of id that ended failed or
+// cancelled, with the reason a dependent is cancelled for it.
+func deadDependency(ctx context.Context, tx *sql.Tx, id string) (string, string, error) {
+	var dep, state string
+	err := tx.QueryRowContext(ctx, `SELECT t.id, t.state FROM task_deps d JOIN tasks t ON t.id = d.dep_id
+		WHERE d.task_id = ? AND t.state IN ('failed','cancelled') ORDER BY d.pos LIMIT 1`, id).Scan(&dep, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return dep, "dependency " + dep + " " + state, nil
+}
+
+// cancelTask ends a task that is not running (inbox, todo, blocked; or
+// doing whose run is being cancelled) as cancelled, hands its lane on, and
+// cancels its dependents, transitively.
+func cancelTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+	wasInLane := t.State == TaskTodo || t.State == TaskBlocked || t.State == TaskDoing
+	err := casTask(ctx, tx, now, t, TaskCancelled, "", reason,
+		`lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`, FormatTime(now), nullable(reason))
+	if err != nil {
+		return err
+	}
+	if wasInLane && t.LaneHead {
+		if err := advanceLane(ctx, tx, t.Key); err != nil {
+			return err
+		}
+	}
+	return cancelDependents(ctx, tx, now, t.ID, "dependency "+t.ID+" cancelled")
+}
+
+// cancelDependents cancels every task still waiting on dep.
+func cancelDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep, reason string) error {
+	rows, err := tx.QueryContext(ctx, `SELECT `+prefixCols("t.")+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
+		WHERE d.dep_id = ? AND t.state IN ('inbox','todo','blocked')`, dep)
+	if err != nil {
+		return err
+	}
+	var deps []*taskRow
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		deps = append(deps, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range deps {
+		if err := cancelTask(ctx, tx, now, t, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func prefixCols(p string) string {
+	cols := strings.Split(taskCols, ",")
+	for i, c := range cols {
+		c = strings.TrimSpace(c)
+		if strings.HasPrefix(c, "COALESCE(") {
+			c = "COALESCE(" + p + strings.TrimPrefix(c, "COALESCE(")
+		} else {
+			c = p + c
+		}
+		cols[i] = c
+	}
+	return strings.Join(cols, ", ")
+}
+
+// ensureQueue records that a queue exists, with default settings.
+func ensureQueue(ctx context.Context, tx *sql.Tx, now time.Time, name string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+		name, FormatTime(now), FormatTime(now))
+	return err
+}

@@ -1,0 +1,187 @@
+// Package spool is cq's ingress file: producers append task specs to
+// <home>/queue.jsonl under an exclusive flock on <home>/queue.lock without
+// opening the database, and whoever opens the database drains it.
+package spool
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/gofrs/flock"
+)
+
+// File names inside the home folder.
+const (
+	FileName     = "queue.jsonl"
+	LockName     = "queue.lock"
+	RejectedName = "queue.rejected.jsonl"
+)
+
+// TornError is the error recorded for an unterminated last line: a
+// writer crashed in the middle of an append.
+const TornError = "unterminated line (an append was interrupted)"
+
+// Reject is a line that could not be stored, with why.
+type Reject struct {
+	Line []byte
+	Err  string
+}
+
+// rejectedLine is the shape of queue.rejected.jsonl (SPEC section 1).
+type rejectedLine struct {
+	At    string `json:"at"`
+	Error string `json:"error"`
+	Line  string `json:"line"`
+}
+
+func lock(home string) (*flock.Flock, error) {
+	p := filepath.Join(home, LockName)
+	if err := fsutil.TouchPrivate(p); err != nil {
+		return nil, fmt.Errorf("spool lock: %w", err)
+	}
+	l := flock.New(p)
+	if err := l.Lock(); err != nil {
+		return nil, fmt.Errorf("spool lock: %w", err)
+	}
+	return l, nil
+}
+
+// Append adds one line (a JSON task spec, without its newline) to the spool.
+func Append(home string, line []byte, now time.Time) error {
+	if bytes.IndexByte(line, '\n') >= 0 {
+		return errors.New("spool line contains a newline")
+	}
+	l, err := lock(home)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = l.Unlock() }()
+	f, err := fsutil.OpenPrivate(filepath.Join(home, FileName), os.O_RDWR)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	if err := moveTorn(home, f, now); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(line)+1)
+	buf = append(append(buf, line...), '\n')
+	if _, err := f.Write(buf); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+// moveTorn moves an unterminated last line, left by a crashed appender,
+// to the rejected file and cuts it off. The caller holds the lock.
+func moveTorn(home string, f *os.File, now time.Time) error {
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return err
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, st.Size()-1); err != nil {
+		return err
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, st.Size()))
+	if err != nil {
+		return err
+	}
+	start := bytes.LastIndexByte(data, '\n') + 1
+	if err := appendRejected(home, []Reject{{Line: data[start:], Err: TornError}}, now); err != nil {
+		return err
+	}
+	return f.Truncate(int64(start))
+}
+
+func appendRejected(home string, rejects []Reject, now time.Time) error {
+	if len(rejects) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	for _, r := range rejects {
+		b, err := json.Marshal(rejectedLine{At: now.UTC().Format("2006-01-02T15:04:05.000Z"), Error: r.Err, Line: string(r.Line)})
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	f, err := fsutil.OpenPrivate(filepath.Join(home, RejectedName), os.O_WRONLY|os.O_APPEND)
+	if err != nil {
+		return fmt.Errorf("spool rejected file: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// Pending reports whether the spool has anything in it, without locking.
+func Pending(home string) bool {
+	st, err := os.Stat(filepath.Join(home, FileName))
+	return err == nil && st.Size() > 0
+}
+
+// Drain hands every complete line of the spool to store, which must commit
+// them (idempotently, by task id) before it returns and give back the
+// lines it could not store. Those go to the rejected file, and only then
+// is the spool truncated, all under the lock: a crash at any point loses
+// nothing, and a line stored twice is a no-op by id. It returns how many
+// lines were handed over.
+func Drain(home string, now func() time.Time, store func(lines [][]byte) ([]Reject, error)) (int, error) {
+	if !Pending(home) {
+		return 0, nil
+	}
+	l, err := lock(home)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Unlock() }()
+	f, err := fsutil.OpenPrivate(filepath.Join(home, FileName), os.O_RDWR)
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	if err := moveTorn(home, f, now()); err != nil {
+		return 0, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return 0, err
+	}
+	if len(data) == 0 {
+		return 0, nil
+	}
+	var lines [][]byte
+	for _, ln := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
+		if len(bytes.TrimSpace(ln)) > 0 {
+			lines = append(lines, ln)
+		}
+	}
+	rejects, err := store(lines)
+	if err != nil {
+		return 0, err
+	}
+	if err := appendRejected(home, rejects, now()); err != nil {
+		return 0, err
+	}
+	if err := f.Truncate(0); err != nil {
+		return 0, err
+	}
+	return len(lines), nil
+}
