@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/db"
@@ -266,7 +265,7 @@ func cancelTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reas
 
 // cancelDependents cancels every task still waiting on dep.
 func cancelDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep, reason string) error {
-	rows, err := tx.QueryContext(ctx, `SELECT `+prefixCols("t.")+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
 		WHERE d.dep_id = ? AND t.state IN ('inbox','todo','blocked')`, dep)
 	if err != nil {
 		return err
@@ -290,20 +289,6 @@ func cancelDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep, reaso
 		}
 	}
 	return nil
-}
-
-func prefixCols(p string) string {
-	cols := strings.Split(taskCols, ",")
-	for i, c := range cols {
-		c = strings.TrimSpace(c)
-		if strings.HasPrefix(c, "COALESCE(") {
-			c = "COALESCE(" + p + strings.TrimPrefix(c, "COALESCE(")
-		} else {
-			c = p + c
-		}
-		cols[i] = c
-	}
-	return strings.Join(cols, ", ")
 }
 
 // ensureQueue records that a queue exists, with default settings.

@@ -1,0 +1,601 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	mrand "math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Failure classes decide which retry budget a failed run spends (SPEC
+// section 6).
+const (
+	ClassOther     = "other"     // non-zero exit, killed by a signal
+	ClassTransient = "transient" // exit 75, spawn error, lost worker, start timeout
+	ClassTimeout   = "timeout"   // the run exceeded its time limit
+	ClassNone      = "none"      // never retried: missing handler
+)
+
+// ExitTempFail is EX_TEMPFAIL: a command exiting with it failed transiently.
+const ExitTempFail = 75
+
+// ClaimParams says who claims and from where.
+type ClaimParams struct {
+	Worker string
+	Host   string
+	Queues []string // empty: all
+	Lease  time.Duration
+}
+
+// Claimed is a task a worker now owns through a run and its lease.
+type Claimed struct {
+	TaskID       string
+	RunID        string
+	Token        string
+	Attempt      int
+	Queue        string
+	Spec         Spec
+	LeaseExpires time.Time
+	// Timeout is the run time limit: the task's, else its queue's; 0 = none.
+	Timeout time.Duration
+}
+
+// queueRow is a queues row's settings.
+type queueRow struct {
+	Name             string
+	Paused           bool
+	Concurrency      int
+	Retries          int
+	BackoffMS        int64
+	TransientRetries int
+	TimeoutRetries   int
+	TimeoutMS        int64
+	StartTimeoutMS   int64
+	WarnAfterMS      int64
+}
+
+const queueCols = `name, paused, concurrency, retries, backoff_ms, transient_retries, timeout_retries, timeout_ms, start_timeout_ms, warn_after_ms`
+
+func scanQueue(sc interface{ Scan(...any) error }) (*queueRow, error) {
+	var q queueRow
+	err := sc.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
+		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS)
+	return &q, err
+}
+
+func getQueue(ctx context.Context, q querier, name string) (*queueRow, error) {
+	row, err := scanQueue(q.QueryRowContext(ctx, `SELECT `+queueCols+` FROM queues WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		// A queue always has a row once a task names it; defaults otherwise.
+		return &queueRow{Name: name, Retries: 0, BackoffMS: 30000, TransientRetries: 3, TimeoutRetries: 1,
+			StartTimeoutMS: 600000, WarnAfterMS: 600000}, nil
+	}
+	return row, err
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Claim takes the next runnable task (highest priority, then oldest) from
+// a queue that is not paused and below its concurrency, counted across all
+// workers, that is the head of its key lane. It moves the task todo →
+// doing and creates its run (queued) with a lease, in one transaction. It
+// returns nil when nothing is runnable.
+//
+// The claim reads only the tasks_claim index (runnable lane heads, per
+// queue), so its cost does not grow with tasks waiting behind busy lanes
+// or in paused queues.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (*Claimed, error) {
+	if p.Lease <= 0 {
+		p.Lease = 90 * time.Second
+	}
+	var out *Claimed
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		out = nil
+		qs, err := claimableQueues(ctx, tx, p.Queues)
+		if err != nil {
+			return err
+		}
+		var best *taskRow
+		var bestQ *queueRow
+		for _, q := range qs {
+			t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_claim
+				WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, q.Name))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if best == nil || t.Priority < best.Priority || (t.Priority == best.Priority && t.Seq < best.Seq) {
+				best, bestQ = t, q
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		attempt := best.Attempts + 1
+		if err := casTask(ctx, tx, now, best, TaskDoing, "", "", `attempts = ?, todo_at = NULL`, attempt); err != nil {
+			return err
+		}
+		c := &Claimed{TaskID: best.ID, RunID: NewID(now), Token: newToken(), Attempt: attempt, Queue: best.Queue,
+			LeaseExpires: now.Add(p.Lease)}
+		_ = json.Unmarshal([]byte(best.Spec), &c.Spec)
+		c.Spec.ID = best.ID
+		if c.Spec.Timeout != "" {
+			c.Timeout, _ = ParseDuration(c.Spec.Timeout)
+		} else {
+			c.Timeout = time.Duration(bestQ.TimeoutMS) * time.Millisecond
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
+			lease_expires_at, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`,
+			c.RunID, c.TaskID, attempt, c.Queue, nullable(p.Worker), nullable(p.Host), c.Token, FormatTime(c.LeaseExpires), FormatTime(now))
+		if err != nil {
+			return err
+		}
+		if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
+			Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
+			return err
+		}
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// claimableQueues are the queues a claim may take from now: not paused,
+// below their concurrency, among the wanted ones.
+func claimableQueues(ctx context.Context, tx *sql.Tx, wanted []string) ([]*queueRow, error) {
+	q := `SELECT ` + queueCols + ` FROM queues WHERE paused = 0`
+	var args []any
+	if len(wanted) > 0 {
+		q += ` AND name IN (` + strings.TrimSuffix(strings.Repeat("?,", len(wanted)), ",") + `)`
+		for _, w := range wanted {
+			args = append(args, w)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	var all []*queueRow
+	for rows.Next() {
+		r, err := scanQueue(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		all = append(all, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, r := range all {
+		if r.Concurrency > 0 {
+			var live int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE queue = ? AND state IN ('queued','running','cancelling')`,
+				r.Name).Scan(&live); err != nil {
+				return nil, err
+			}
+			if live >= r.Concurrency {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// runRow is a runs row as a worker or the reaper needs it.
+type runRow struct {
+	ID, TaskID, State, Queue, Token, Host, LeaseExpires string
+	Attempt, Pgid                                       int
+	// reapBefore, set by the reaper, adds "and the lease expired before
+	// this time" to the CAS.
+	reapBefore string
+}
+
+func getRun(ctx context.Context, q querier, id string) (*runRow, error) {
+	var r runRow
+	err := q.QueryRowContext(ctx, `SELECT id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
+		COALESCE(lease_expires_at,''), attempt, COALESCE(pgid,0) FROM runs WHERE id = ?`, id).
+		Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Attempt, &r.Pgid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFoundf("no run %q", id)
+	}
+	return &r, err
+}
+
+// fenced is the error a worker gets for a write whose lease token no
+// longer matches: its lease was taken over, and it must write nothing more.
+func fenced(runID string) error {
+	return conflictf("run %s: lease lost (token does not match); nothing written", runID)
+}
+
+// StartRun records that the run's process has started: queued → running.
+// A lost CAS (cancelled or reaped meanwhile, or another token) means the
+// worker must kill the process group it just started.
+func (s *Store) StartRun(ctx context.Context, runID, token string, pid, pgid int) error {
+	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		r, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.Token != token {
+			return fenced(runID)
+		}
+		if r.State != RunQueued {
+			return conflictf("run %s is %s, not queued", runID, r.State)
+		}
+		return casRunToken(ctx, tx, now, r, RunRunning, "", `started_at = ?, pid = ?, pgid = ?`, FormatTime(now), pid, pgid)
+	})
+}
+
+// casRunToken is casRun guarded by the run's lease token as well.
+func casRunToken(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, to, reason, set string, args ...any) error {
+	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
+	if set != "" {
+		q += `, ` + set
+	}
+	q += ` WHERE id = ? AND state = ? AND lease_token = ?`
+	all := append([]any{to, nullable(reason)}, args...)
+	all = append(all, r.ID, r.State, r.Token)
+	if r.reapBefore != "" {
+		q += ` AND lease_expires_at < ?`
+		all = append(all, r.reapBefore)
+	}
+	res, err := tx.ExecContext(ctx, q, all...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		cur, err := getRun(ctx, tx, r.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Token != r.Token {
+			return fenced(r.ID)
+		}
+		return conflictf("run %s is %s, not %s", r.ID, cur.State, r.State)
+	}
+	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: r.TaskID, RunID: r.ID, From: r.State, To: to, Reason: reason})
+}
+
+// Renewal is what a lease renewal learns.
+type Renewal struct {
+	State   string // the run's state now: a worker sees cancelling here
+	Expires time.Time
+}
+
+// RenewLease extends a live run's lease by ttl from now, by
+// compare-and-expire: the token must match and the lease must not have
+// expired. A refusal means the worker has lost the run.
+func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Duration) (Renewal, error) {
+	var out Renewal
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		exp := now.Add(ttl)
+		rows, err := tx.QueryContext(ctx, `UPDATE runs SET lease_expires_at = ?
+			WHERE id = ? AND lease_token = ? AND state IN ('queued','running','cancelling') AND lease_expires_at > ?
+			RETURNING state`, FormatTime(exp), runID, token, FormatTime(now))
+		if err != nil {
+			return err
+		}
+		// Drain RETURNING to the end: a statement left un-stepped keeps
+		// SQLite from checkpointing the WAL.
+		found := false
+		for rows.Next() {
+			if err := rows.Scan(&out.State); err != nil {
+				rows.Close()
+				return err
+			}
+			found = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !found {
+			return fenced(runID)
+		}
+		out.Expires = exp
+		return nil
+	})
+	return out, err
+}
+
+// RunState returns a run's current state (a worker polls it to notice a
+// cancel).
+func (s *Store) RunState(ctx context.Context, runID string) (string, error) {
+	var st string
+	err := s.DB.SQL.QueryRowContext(ctx, `SELECT state FROM runs WHERE id = ?`, runID).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notFoundf("no run %q", runID)
+	}
+	return st, err
+}
+
+// Outcome is how a run ended, as its worker saw it.
+type Outcome struct {
+	State    string // succeeded, failed, timeout or cancelled
+	ExitCode *int
+	Signal   string
+	Error    string
+	// Class is the failure class of a failed run (ClassOther by default).
+	Class string
+}
+
+// FinishRun records a run's end and its task's outcome in one
+// transaction: succeeded → task done (dependents may become runnable);
+// failed or timeout → blocked for a retry while the class budget lasts,
+// else failed (dependents cancelled); a run that was being cancelled ends
+// its task cancelled unless it succeeded. Every write is guarded by the
+// lease token: a fenced worker gets a conflict and changes nothing.
+func (s *Store) FinishRun(ctx context.Context, runID, token string, o Outcome) (taskState string, err error) {
+	err = s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		r, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.Token != token {
+			return fenced(runID)
+		}
+		taskState, err = endRun(ctx, tx, now, r, o, "")
+		return err
+	})
+	return taskState, err
+}
+
+// endRun moves a live run to its terminal state and decides its task.
+func endRun(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, o Outcome, reason string) (string, error) {
+	switch {
+	case RunTerminal(r.State):
+		return "", conflictf("run %s already ended %s", r.ID, r.State)
+	case !RunTransitionAllowed(r.State, o.State),
+		r.State == RunRunning && o.State == RunCancelled && reason != "released":
+		return "", conflictf("run %s is %s; cannot end it %s", r.ID, r.State, o.State)
+	}
+	var exit any
+	if o.ExitCode != nil {
+		exit = *o.ExitCode
+	}
+	if err := casRunToken(ctx, tx, now, r, o.State, reason, `ended_at = ?, exit_code = ?, signal = ?, error = ?`,
+		FormatTime(now), exit, nullable(o.Signal), nullable(o.Error)); err != nil {
+		return "", err
+	}
+	t, err := getTask(ctx, tx, r.TaskID)
+	if err != nil {
+		return "", err
+	}
+	if t.State != TaskDoing {
+		return "", conflictf("task %s is %s, not doing", t.ID, t.State)
+	}
+	wasCancelling := r.State == RunCancelling
+	switch {
+	case o.State == RunSucceeded:
+		return TaskDone, finishTask(ctx, tx, now, t, TaskDone, "")
+	case o.State == RunCancelled && reason == "released":
+		err := casTask(ctx, tx, now, t, TaskTodo, "", "released", `todo_at = ?, warned = 0`, FormatTime(now))
+		return TaskTodo, err
+	case wasCancelling || o.State == RunCancelled:
+		return TaskCancelled, cancelTask(ctx, tx, now, t, "cancelled by user")
+	}
+	// failed or timeout: spend the class budget.
+	class := o.Class
+	if o.State == RunTimeout && class == "" {
+		class = ClassTimeout
+	}
+	if class == "" {
+		class = ClassOther
+	}
+	q, err := getQueue(ctx, tx, t.Queue)
+	if err != nil {
+		return "", err
+	}
+	budget, spent, col := 0, 0, ""
+	switch class {
+	case ClassOther:
+		var sp Spec
+		_ = json.Unmarshal([]byte(t.Spec), &sp)
+		budget, spent, col = q.Retries, t.FailsOther, "fails_other"
+		if sp.Retries != nil {
+			budget = *sp.Retries
+		}
+	case ClassTransient:
+		budget, spent, col = q.TransientRetries, t.FailsTransient, "fails_transient"
+	case ClassTimeout:
+		budget, spent, col = q.TimeoutRetries, t.FailsTimeout, "fails_timeout"
+	}
+	why := o.State
+	if o.Error != "" {
+		why += ": " + o.Error
+	}
+	if col != "" && spent < budget {
+		nb := now.Add(Backoff(class, spent+1, time.Duration(q.BackoffMS)*time.Millisecond))
+		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why,
+			col+` = `+col+` + 1, blocked_reason = 'retry', not_before = ?, not_before_why = 'retry'`, FormatTime(nb))
+		return TaskBlocked, err
+	}
+	set := ""
+	if col != "" {
+		set = col + ` = ` + col + ` + 1`
+	}
+	return TaskFailed, finishTaskSet(ctx, tx, now, t, TaskFailed, why, set)
+}
+
+// Backoff is the delay before retry number n (1-based) of a class: the
+// transient class waits 30 s, 60 s, 120 s…; a timeout 5 min; any other
+// failure base·2^(n-1) with ±20 % jitter, capped at one hour.
+func Backoff(class string, n int, base time.Duration) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	switch class {
+	case ClassTransient:
+		return 30 * time.Second * time.Duration(1<<min(n-1, 10))
+	case ClassTimeout:
+		return 5 * time.Minute
+	}
+	if base <= 0 {
+		base = 30 * time.Second
+	}
+	d := float64(base) * math.Pow(2, float64(n-1))
+	d = math.Min(d, float64(time.Hour))
+	d *= 0.8 + 0.4*mrand.Float64()
+	return min(time.Duration(d), time.Hour)
+}
+
+// finishTask ends a doing task done or failed, hands its lane on, and
+// tells its dependents.
+func finishTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, reason string) error {
+	return finishTaskSet(ctx, tx, now, t, to, reason, "")
+}
+
+func finishTaskSet(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, reason, set string) error {
+	s := `lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`
+	if set != "" {
+		s += ", " + set
+	}
+	if err := casTask(ctx, tx, now, t, to, "", reason, s, FormatTime(now), nullable(reason)); err != nil {
+		return err
+	}
+	if t.LaneHead {
+		if err := advanceLane(ctx, tx, t.Key); err != nil {
+			return err
+		}
+	}
+	if to == TaskDone {
+		return releaseDependents(ctx, tx, now, t.ID)
+	}
+	return cancelDependents(ctx, tx, now, t.ID, "dependency "+t.ID+" "+to)
+}
+
+// releaseDependents counts a finished dependency off its dependents and
+// moves those that nothing blocks any more from blocked to todo.
+func releaseDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep string) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
+		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND state IN ('inbox','blocked')`, dep); err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
+		WHERE d.dep_id = ? AND t.state = 'blocked' AND t.deps_left = 0`, dep)
+	if err != nil {
+		return err
+	}
+	var ready []*taskRow
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		ready = append(ready, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range ready {
+		br := blockedReason(t.Hold, 0, t.NotBefore, t.NotBeforeWhy, now)
+		if br != "" {
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET blocked_reason = ? WHERE id = ? AND state = 'blocked'`, br, t.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := casTask(ctx, tx, now, t, TaskTodo, "", "dependencies done",
+			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReleaseRun gives a run back at a worker's graceful stop: the run ends
+// cancelled (reason released) and its task returns to todo, spending no
+// retry budget. A run a user was cancelling ends its task cancelled.
+func (s *Store) ReleaseRun(ctx context.Context, runID, token string) (string, error) {
+	var taskState string
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		r, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.Token != token {
+			return fenced(runID)
+		}
+		reason := "released"
+		if r.State == RunCancelling {
+			reason = ""
+		}
+		taskState, err = endRun(ctx, tx, now, r, Outcome{State: RunCancelled}, reason)
+		return err
+	})
+	return taskState, err
+}
+
+// Reaped is a run the reaper ended because its lease expired.
+type Reaped struct {
+	RunID, TaskID, From, To, Host string
+	Pgid                          int
+}
+
+// ReapExpired ends runs whose lease expired (their worker is lost):
+// running → failed (lease_expired, transient class), cancelling →
+// cancelled, queued → failed. Each CAS checks the token and that the lease
+// is still expired, so a run its worker completed or renewed meanwhile is
+// never touched.
+func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
+	var out []Reaped
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs
+			WHERE state IN ('queued','running','cancelling') AND lease_expires_at < ? LIMIT 500`, FormatTime(now))
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			r, err := getRun(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if RunTerminal(r.State) || r.LeaseExpires >= FormatTime(now) {
+				continue
+			}
+			r.reapBefore = FormatTime(now)
+			o := Outcome{State: RunFailed, Class: ClassTransient, Error: "lease expired (worker lost)"}
+			if r.State == RunCancelling {
+				o = Outcome{State: RunCancelled, Error: "lease expired while cancelling"}
+			}
+			if _, err := endRun(ctx, tx, now, r, o, "lease_expired"); err != nil {
+				return err
+			}
+			out = append(out, Reaped{RunID: r.ID, TaskID: r.TaskID, From: r.State, To: o.State, Host: r.Host, Pgid: r.Pgid})
+		}
+		return nil
+	})
+	return out, err
+}

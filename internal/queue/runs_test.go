@@ -1,0 +1,578 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/queue"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type runBundle struct {
+	st  *queue.Store
+	clk *clock
+	ctx context.Context
+}
+
+func setupRuns(t *testing.T) *runBundle {
+	t.Helper()
+	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	clk := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	st := queue.New(d)
+	st.Now = clk.Now
+	return &runBundle{st: st, clk: clk, ctx: context.Background()}
+}
+
+func (b *runBundle) enqueue(t *testing.T, sp queue.Spec) string {
+	t.Helper()
+	if sp.Cmd == nil && sp.Shell == "" {
+		sp.Cmd = []string{"true"}
+	}
+	n, err := sp.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.st.Create(b.ctx, []queue.Spec{n}, queue.CreateOptions{Enqueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res[0].ID
+}
+
+func (b *runBundle) claim(t *testing.T, queues ...string) *queue.Claimed {
+	t.Helper()
+	c, err := b.st.Claim(b.ctx, queue.ClaimParams{Worker: "w1", Host: "h", Queues: queues, Lease: 90 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (b *runBundle) taskState(t *testing.T, id string) string {
+	t.Helper()
+	tk, err := b.st.Get(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk.State
+}
+
+func (b *runBundle) runState(t *testing.T, id string) string {
+	t.Helper()
+	s, err := b.st.RunState(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func exit(n int) *int { return &n }
+
+// snapshot is everything a refused transition must leave unchanged.
+func (b *runBundle) snapshot(t *testing.T) string {
+	t.Helper()
+	var sb strings.Builder
+	for _, q := range []string{
+		`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT COUNT(*) FROM events`,
+	} {
+		rows, err := b.st.DB.SQL.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				sb.WriteString(strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "\n", " ")))
+				sb.WriteByte('|')
+			}
+			sb.WriteByte('\n')
+		}
+		rows.Close()
+	}
+	return sb.String()
+}
+
+func fmtAny(v any) string {
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	return fmt.Sprint(v)
+}
+
+// toRunState puts a fresh task's run into the state from and returns the
+// claim.
+func (b *runBundle) toRunState(t *testing.T, from string) *queue.Claimed {
+	t.Helper()
+	id := b.enqueue(t, queue.Spec{})
+	c := b.claim(t)
+	if c == nil || c.TaskID != id {
+		t.Fatalf("claim = %+v, want task %s", c, id)
+	}
+	start := func() {
+		if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 100, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish := func(o queue.Outcome) {
+		if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	switch from {
+	case queue.RunQueued:
+	case queue.RunRunning:
+		start()
+	case queue.RunCancelling:
+		start()
+		if _, _, err := b.st.Cancel(b.ctx, id, ""); err != nil {
+			t.Fatal(err)
+		}
+	case queue.RunSucceeded:
+		start()
+		finish(queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)})
+	case queue.RunFailed:
+		start()
+		finish(queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)})
+	case queue.RunTimeout:
+		start()
+		finish(queue.Outcome{State: queue.RunTimeout})
+	case queue.RunCancelled:
+		if _, _, err := b.st.Cancel(b.ctx, id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.runState(t, c.RunID); got != from {
+		t.Fatalf("setup: run is %s, want %s", got, from)
+	}
+	return c
+}
+
+// tryRun attempts from → to through the API that performs it, and
+// reports whether it was accepted.
+func (b *runBundle) tryRun(c *queue.Claimed, from, to string) error {
+	switch to {
+	case queue.RunRunning:
+		return b.st.StartRun(b.ctx, c.RunID, c.Token, 101, 101)
+	case queue.RunCancelling:
+		_, _, err := b.st.Cancel(b.ctx, c.TaskID, "")
+		return err
+	case queue.RunCancelled:
+		if from == queue.RunQueued {
+			_, _, err := b.st.Cancel(b.ctx, c.TaskID, "")
+			return err
+		}
+		_, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunCancelled})
+		return err
+	case queue.RunQueued:
+		return errNotThisMove
+	default:
+		_, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: to, ExitCode: exit(0)})
+		return err
+	}
+}
+
+var errNotThisMove = &queue.Error{Code: queue.CodeConflict, Msg: "not this move"}
+
+// TestRunTransitionTable tries every (from, to) pair of the run machine:
+// the allowed ones succeed once, the rest are refused and change nothing.
+func TestRunTransitionTable(t *testing.T) {
+	t.Parallel()
+	for _, from := range queue.RunStates {
+		for _, to := range queue.RunStates {
+			t.Run(from+"->"+to, func(t *testing.T) {
+				t.Parallel()
+				b := setupRuns(t)
+				c := b.toRunState(t, from)
+				allowed := queue.RunTransitionAllowed(from, to)
+				// running → cancelled is the worker's release (tested
+				// below); through FinishRun it is refused.
+				if from == queue.RunRunning && to == queue.RunCancelled {
+					allowed = false
+				}
+				if to == queue.RunCancelling && from != queue.RunRunning {
+					// The only way to ask for cancelling is a user's cancel
+					// of the task, which does other legal things here (ends
+					// a queued run cancelled, a blocked task cancelled, or
+					// nothing); it must never put this run in cancelling.
+					_, _, _ = b.st.Cancel(b.ctx, c.TaskID, "")
+					if got := b.runState(t, c.RunID); got == queue.RunCancelling && from != queue.RunCancelling {
+						t.Fatalf("cancel moved a %s run to cancelling", from)
+					}
+					return
+				}
+				before := b.snapshot(t)
+				err := b.tryRun(c, from, to)
+				if allowed {
+					if err != nil {
+						t.Fatalf("%s -> %s refused: %v", from, to, err)
+					}
+					if got := b.runState(t, c.RunID); got != to {
+						t.Fatalf("run is %s, want %s", got, to)
+					}
+					// Once is all: a second attempt is refused, or (cancel of
+					// a run already cancelling) a no-op; either way nothing
+					// changes.
+					after := b.snapshot(t)
+					if err := b.tryRun(c, from, to); err != nil && !queue.IsConflict(err) {
+						t.Fatalf("second %s -> %s: %v", from, to, err)
+					}
+					if b.snapshot(t) != after {
+						t.Fatalf("second %s -> %s changed the store", from, to)
+					}
+					return
+				}
+				if err == nil {
+					t.Fatalf("%s -> %s accepted, want refused", from, to)
+				}
+				if !queue.IsConflict(err) {
+					t.Fatalf("%s -> %s: %v, want a conflict", from, to, err)
+				}
+				if after := b.snapshot(t); after != before {
+					t.Fatalf("refused %s -> %s changed the store:\nbefore %s\nafter  %s", from, to, before, after)
+				}
+			})
+		}
+	}
+}
+
+func TestReleaseRunReturnsTaskToTodo(t *testing.T) {
+	t.Parallel()
+	for _, from := range []string{queue.RunQueued, queue.RunRunning} {
+		t.Run(from, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			c := b.toRunState(t, from)
+			st, err := b.st.ReleaseRun(b.ctx, c.RunID, c.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != queue.TaskTodo || b.taskState(t, c.TaskID) != queue.TaskTodo {
+				t.Fatalf("task after release = %s, want todo", st)
+			}
+			runs, _ := b.st.Runs(b.ctx, c.TaskID)
+			if runs[0].State != queue.RunCancelled || runs[0].Reason == nil || *runs[0].Reason != "released" {
+				t.Fatalf("run after release = %+v", runs[0])
+			}
+			// The released run spent no budget: the next claim is attempt 2
+			// and the task is claimable at once.
+			c2 := b.claim(t)
+			if c2 == nil || c2.TaskID != c.TaskID || c2.Attempt != 2 {
+				t.Fatalf("reclaim = %+v", c2)
+			}
+		})
+	}
+}
+
+func TestFencingRefusesEveryWriteOfAStaleWorker(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	c := b.toRunState(t, queue.RunRunning)
+	b.clk.Add(91 * time.Second)
+	reaped, err := b.st.ReapExpired(b.ctx)
+	if err != nil || len(reaped) != 1 {
+		t.Fatalf("reap = %v, %v", reaped, err)
+	}
+	if got := b.taskState(t, c.TaskID); got != queue.TaskBlocked {
+		t.Fatalf("task after reap = %s, want blocked (transient retry)", got)
+	}
+	b.clk.Add(31 * time.Second)
+	if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+		t.Fatalf("promote = %d, %v", n, err)
+	}
+	c2 := b.claim(t)
+	if c2 == nil || c2.Attempt != 2 {
+		t.Fatalf("second claim = %+v", c2)
+	}
+	if err := b.st.StartRun(b.ctx, c2.RunID, c2.Token, 5, 5); err != nil {
+		t.Fatal(err)
+	}
+	before := b.snapshot(t)
+	// The first worker comes back: every write it tries is refused, on its
+	// own run and, with its token, on the new one.
+	if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); !queue.IsConflict(err) {
+		t.Fatalf("stale finish: %v", err)
+	}
+	if _, err := b.st.FinishRun(b.ctx, c2.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); !queue.IsConflict(err) {
+		t.Fatalf("stale finish of new run: %v", err)
+	}
+	if _, err := b.st.RenewLease(b.ctx, c.RunID, c.Token, time.Minute); !queue.IsConflict(err) {
+		t.Fatalf("stale renew: %v", err)
+	}
+	if _, err := b.st.RenewLease(b.ctx, c2.RunID, c.Token, time.Minute); !queue.IsConflict(err) {
+		t.Fatalf("stale renew of new run: %v", err)
+	}
+	if err := b.st.StartRun(b.ctx, c2.RunID, c.Token, 1, 1); !queue.IsConflict(err) {
+		t.Fatalf("stale start: %v", err)
+	}
+	if _, err := b.st.ReleaseRun(b.ctx, c2.RunID, c.Token); !queue.IsConflict(err) {
+		t.Fatalf("stale release: %v", err)
+	}
+	if after := b.snapshot(t); after != before {
+		t.Fatal("a fenced write changed the store")
+	}
+	// The new owner's writes still work.
+	if _, err := b.st.RenewLease(b.ctx, c2.RunID, c2.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.st.FinishRun(b.ctx, c2.RunID, c2.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil || st != queue.TaskDone {
+		t.Fatalf("finish = %s, %v", st, err)
+	}
+}
+
+func TestReaperNeverTouchesACompletedOrRenewedRun(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	done := b.toRunState(t, queue.RunSucceeded)
+	live := b.toRunState(t, queue.RunRunning)
+	b.clk.Add(60 * time.Second)
+	if _, err := b.st.RenewLease(b.ctx, live.RunID, live.Token, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.clk.Add(60 * time.Second) // past the first lease, within the renewed one
+	reaped, err := b.st.ReapExpired(b.ctx)
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaped %v, %v; want nothing", reaped, err)
+	}
+	if b.runState(t, done.RunID) != queue.RunSucceeded || b.runState(t, live.RunID) != queue.RunRunning {
+		t.Fatal("reaper changed a run it must not touch")
+	}
+}
+
+func TestRenewalSeesCancel(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	c := b.toRunState(t, queue.RunRunning)
+	if _, _, err := b.st.Cancel(b.ctx, c.TaskID, ""); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.st.RenewLease(b.ctx, c.RunID, c.Token, time.Minute)
+	if err != nil || r.State != queue.RunCancelling {
+		t.Fatalf("renew = %+v, %v", r, err)
+	}
+	// The process ends on its own before the kill: success still wins.
+	st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)})
+	if err != nil || st != queue.TaskDone {
+		t.Fatalf("finish while cancelling = %s, %v; want done", st, err)
+	}
+}
+
+func TestRetryBudgetsPerClass(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		retries *int
+		outcome queue.Outcome
+		runs    int // runs until the task fails for good
+	}{
+		{"other default budget 0", nil, queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}, 1},
+		{"other --retries 2", exit(2), queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}, 3},
+		{"transient 3", nil, queue.Outcome{State: queue.RunFailed, ExitCode: exit(75), Class: queue.ClassTransient}, 4},
+		{"timeout 1", nil, queue.Outcome{State: queue.RunTimeout}, 2},
+		{"missing handler never", exit(5), queue.Outcome{State: queue.RunFailed, Class: queue.ClassNone}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			id := b.enqueue(t, queue.Spec{Retries: tc.retries})
+			for i := 1; i <= tc.runs; i++ {
+				c := b.claim(t)
+				if c == nil {
+					t.Fatalf("run %d: nothing to claim (task %s)", i, b.taskState(t, id))
+				}
+				if c.Attempt != i {
+					t.Fatalf("attempt = %d, want %d", c.Attempt, i)
+				}
+				if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+				st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, tc.outcome)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := queue.TaskBlocked
+				if i == tc.runs {
+					want = queue.TaskFailed
+				}
+				if st != want {
+					t.Fatalf("after run %d task is %s, want %s", i, st, want)
+				}
+				if st == queue.TaskBlocked {
+					if c := b.claim(t); c != nil {
+						t.Fatal("claimed a task still backing off")
+					}
+					b.clk.Add(2 * time.Hour)
+					if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+						t.Fatalf("promote = %d, %v", n, err)
+					}
+				}
+			}
+			// cq retry gives fresh budgets.
+			if _, st, err := b.st.Retry(b.ctx, id, ""); err != nil || st != queue.TaskTodo {
+				t.Fatalf("retry = %s, %v", st, err)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	if d := queue.Backoff(queue.ClassTransient, 1, 0); d != 30*time.Second {
+		t.Fatalf("transient 1 = %v", d)
+	}
+	if d := queue.Backoff(queue.ClassTransient, 3, 0); d != 120*time.Second {
+		t.Fatalf("transient 3 = %v", d)
+	}
+	if d := queue.Backoff(queue.ClassTimeout, 1, 0); d != 5*time.Minute {
+		t.Fatalf("timeout = %v", d)
+	}
+	for n := 1; n <= 20; n++ {
+		d := queue.Backoff(queue.ClassOther, n, 30*time.Second)
+		ideal := 30 * time.Second * time.Duration(1<<min(n-1, 20))
+		lo, hi := time.Duration(float64(min(ideal, time.Hour))*0.8), min(time.Duration(float64(ideal)*1.2), time.Hour)
+		if d < lo || d > hi {
+			t.Fatalf("other %d = %v, want within [%v, %v]", n, d, lo, hi)
+		}
+	}
+}
+
+func TestClaimOrderLanesLimitsAndPause(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	low := b.enqueue(t, queue.Spec{Priority: "P3"})
+	k1 := b.enqueue(t, queue.Spec{Key: "k"})
+	k2 := b.enqueue(t, queue.Spec{Key: "k"})
+	high := b.enqueue(t, queue.Spec{Priority: "P0"})
+	other := b.enqueue(t, queue.Spec{Queue: "slow"})
+	other2 := b.enqueue(t, queue.Spec{Queue: "slow"})
+	one := 1
+	if err := b.st.SetQueue(b.ctx, "slow", queue.QueueSettings{Concurrency: &one}); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	if err := b.st.SetQueue(b.ctx, "frozen", queue.QueueSettings{Paused: &paused}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, queue.Spec{Queue: "frozen", Priority: "P0"})
+
+	var got []string
+	var claims []*queue.Claimed
+	for {
+		c := b.claim(t)
+		if c == nil {
+			break
+		}
+		got = append(got, c.TaskID)
+		claims = append(claims, c)
+	}
+	// P0 first; then P2 in gateway order: k1 (k2 waits behind it), the
+	// first "slow" task (the second waits for the limit); then P3.
+	want := []string{high, k1, other, low}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("claim order %v, want %v", got, want)
+	}
+	// Finishing k1 hands the lane to k2; finishing the slow one frees the
+	// limit for other2.
+	for _, c := range claims {
+		if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = got[:0]
+	for c := b.claim(t); c != nil; c = b.claim(t) {
+		got = append(got, c.TaskID)
+	}
+	if strings.Join(got, ",") != strings.Join([]string{k2, other2}, ",") {
+		t.Fatalf("second round %v, want [%s %s]", got, k2, other2)
+	}
+}
+
+func TestDependencyDoneReleasesAndFailureCancels(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	a := b.enqueue(t, queue.Spec{})
+	dep := b.enqueue(t, queue.Spec{After: []string{a}})
+	grand := b.enqueue(t, queue.Spec{After: []string{dep}})
+	c := b.claim(t)
+	if c.TaskID != a {
+		t.Fatalf("claimed %s, want %s", c.TaskID, a)
+	}
+	if b.claim(t) != nil {
+		t.Fatal("claimed a task whose dependency is not done")
+	}
+	_ = b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1)
+	if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.taskState(t, dep); got != queue.TaskTodo {
+		t.Fatalf("dependent after its dependency is done: %s, want todo", got)
+	}
+	c = b.claim(t)
+	_ = b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1)
+	if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunFailed, ExitCode: exit(2)}); err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := b.st.Get(b.ctx, grand)
+	if tk.State != queue.TaskCancelled || tk.Reason == nil || !strings.Contains(*tk.Reason, dep) {
+		t.Fatalf("grand-dependent = %s (%v), want cancelled naming %s", tk.State, tk.Reason, dep)
+	}
+	if _, _, err := b.st.Retry(b.ctx, grand, ""); !queue.IsConflict(err) {
+		t.Fatalf("retry of a task whose dependency failed: %v, want conflict", err)
+	}
+}
+
+func TestClaimUsesTheLaneHeadIndex(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	rows, err := b.st.DB.SQL.Query(`EXPLAIN QUERY PLAN SELECT id FROM tasks INDEXED BY tasks_claim
+		WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	if !strings.Contains(plan.String(), "tasks_claim") || strings.Contains(plan.String(), "TEMP B-TREE") {
+		t.Fatalf("claim plan does not read tasks_claim in order:\n%s", plan.String())
+	}
+}
