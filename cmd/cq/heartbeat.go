@@ -1,7 +1,11 @@
 package main
 
 import (
+	"path/filepath"
+
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/gofrs/flock"
 	"github.com/spf13/cobra"
 )
 
@@ -11,11 +15,26 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 		Short: "Run one maintenance pass (from cron, every minute)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := app.Store(cmd.Context())
+			home, err := app.Home()
 			if err != nil {
 				return err
 			}
-			home, err := app.Home()
+			// Two cron passes never overlap: a second one exits 0 at once,
+			// silently (cron mails whatever a job prints).
+			lockPath := filepath.Join(home, "heartbeat.lock")
+			if err := fsutil.TouchPrivate(lockPath); err != nil {
+				return err
+			}
+			lock := flock.New(lockPath)
+			ok, err := lock.TryLock()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return nil
+			}
+			defer func() { _ = lock.Unlock() }()
+			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -144,7 +144,7 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	if !enqueue {
 		return Created{ID: t.ID, State: TaskInbox, New: true}, nil
 	}
-	to, err := enterLane(ctx, tx, now, t, "")
+	to, err := enterLane(ctx, tx, now, t, "", len(sp.After) > 0)
 	if err != nil {
 		return Created{}, err
 	}

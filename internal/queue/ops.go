@@ -102,7 +102,7 @@ func enqueueTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, rea
 	if t.State != TaskInbox {
 		return refused(t, "enqueue")
 	}
-	_, err := enterLane(ctx, tx, now, t, reason)
+	_, err := enterLane(ctx, tx, now, t, reason, true)
 	return err
 }
 
@@ -277,7 +277,7 @@ func retryTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reaso
 		if reason == "" {
 			reason = "retried by user"
 		}
-		_, err := enterLane(ctx, tx, now, t, reason)
+		_, err := enterLane(ctx, tx, now, t, reason, true)
 		return err
 	case TaskBlocked:
 		if t.Hold || t.DepsLeft > 0 || t.NotBefore == "" {

@@ -201,11 +201,13 @@ func casTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, kin
 // it at the back of its key lane, and becomes the lane's head if the lane
 // is free. If a dependency already ended failed or cancelled it is
 // cancelled instead.
-func enterLane(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) (string, error) {
-	if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
-		return "", err
-	} else if dead != "" {
-		return TaskCancelled, cancelTask(ctx, tx, now, t, why)
+func enterLane(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
+	if mayHaveDeps {
+		if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
+			return "", err
+		} else if dead != "" {
+			return TaskCancelled, cancelTask(ctx, tx, now, t, why)
+		}
 	}
 	br := blockedReason(t.Hold, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
 	to := TaskTodo
