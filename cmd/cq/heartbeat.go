@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/cq-dev/cq/internal/fsutil"
@@ -38,7 +39,8 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := heartbeat.Pass(cmd.Context(), st, home)
+			host, _ := os.Hostname()
+			r, err := heartbeat.Pass(cmd.Context(), st, heartbeat.Options{Home: home, Host: host})
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ package main
 
 import (
 	"os"
+
+	"github.com/cq-dev/cq/internal/worker"
 )
 
 func main() {
@@ -12,6 +14,9 @@ func main() {
 
 // run executes one cq command line and returns its exit code.
 func run(args []string) int {
+	if len(args) == 1 && args[0] == worker.SupervisorArg {
+		return worker.RunSupervisor(os.Stdin)
+	}
 	app := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	return execute(app, args)
 }

@@ -58,6 +58,9 @@ retries them with backoff, keeps their logs and reports health.`,
 		queueCmd,
 		newEventsCmd(app),
 		newHeartbeatCmd(app),
+		newWorkerCmd(app),
+		newWaitCmd(app),
+		newLogsCmd(app),
 	)
 	for _, c := range append(root.Commands(), task.Commands()...) {
 		c.SilenceUsage, c.SilenceErrors = true, true

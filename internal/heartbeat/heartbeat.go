@@ -4,7 +4,11 @@
 package heartbeat
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"strconv"
+	"syscall"
 
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -12,19 +16,96 @@ import (
 // Result counts what one pass did.
 type Result struct {
 	Drained  int `json:"drained"`
+	Reaped   int `json:"reaped"`
+	Killed   int `json:"killed"`
 	Promoted int `json:"promoted"`
 }
 
-// Pass runs one maintenance pass over the store whose home folder is home:
-// it drains the spool and promotes blocked tasks whose time has come.
-func Pass(ctx context.Context, st *queue.Store, home string) (Result, error) {
+// Options tune a pass.
+type Options struct {
+	// Home is the home folder whose spool is drained.
+	Home string
+	// Host is this machine's name: lost runs recorded on it get their
+	// process group killed.
+	Host string
+}
+
+// Pass runs one maintenance pass: it drains the spool, reaps runs whose
+// lease expired (killing their process groups left on this host), and
+// promotes blocked tasks whose time has come.
+func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	var r Result
 	var err error
-	if r.Drained, err = st.DrainSpool(ctx, home); err != nil {
+	if opt.Home != "" {
+		if r.Drained, err = st.DrainSpool(ctx, opt.Home); err != nil {
+			return r, err
+		}
+	}
+	reaped, err := st.ReapExpired(ctx)
+	if err != nil {
 		return r, err
+	}
+	r.Reaped = len(reaped)
+	for _, rp := range reaped {
+		if rp.Host != "" && rp.Host == opt.Host && KillRunGroup(rp.Pgid, rp.RunID) {
+			r.Killed++
+		}
 	}
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
 		return r, err
 	}
 	return r, nil
+}
+
+// KillRunGroup SIGKILLs the process group pgid if a member of it still
+// belongs to run runID: its environment must hold CQ_RUN_ID=runID, so a
+// recycled pid or group id is never killed by mistake. Members other than
+// the leader count, since a pipeline's leader may be gone while its
+// grandchildren live on. It reports whether it sent the signal.
+func KillRunGroup(pgid int, runID string) bool {
+	if pgid <= 1 || runID == "" {
+		return false
+	}
+	want := []byte("CQ_RUN_ID=" + runID)
+	for _, pid := range groupMembers(pgid) {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				return syscall.Kill(-pgid, syscall.SIGKILL) == nil
+			}
+		}
+	}
+	return false
+}
+
+// groupMembers lists the pids whose process group is pgid, leader first.
+func groupMembers(pgid int) []int {
+	members := []int{pgid}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return members
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pgid {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses and may
+		// hold anything: state ppid pgrp …
+		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+		f := bytes.Fields(rest)
+		if len(f) > 2 {
+			if g, err := strconv.Atoi(string(f[2])); err == nil && g == pgid {
+				members = append(members, pid)
+			}
+		}
+	}
+	return members
 }

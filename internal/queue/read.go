@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 )
@@ -341,4 +342,45 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// HasRunnable reports, without taking the write lock, whether any task is
+// waiting at the head of a lane; a worker checks it before claiming.
+func (s *Store) HasRunnable(ctx context.Context) (bool, error) {
+	var one int
+	err := s.DB.SQL.QueryRowContext(ctx, `SELECT 1 FROM tasks INDEXED BY tasks_claim WHERE state = 'todo' AND lane_head = 1 LIMIT 1`).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// NextDue is the earliest time a blocked task waits for (a backoff or a
+// schedule), if any.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var nb sql.NullString
+	err := s.DB.SQL.QueryRowContext(ctx, `SELECT MIN(not_before) FROM tasks WHERE state = 'blocked' AND not_before IS NOT NULL`).Scan(&nb)
+	if err != nil || !nb.Valid {
+		return time.Time{}, false, err
+	}
+	return ParseStoredTime(nb.String), true, nil
+}
+
+// CancellingRuns returns the ids of this worker's runs that a user asked
+// to cancel.
+func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id FROM runs WHERE state = 'cancelling' AND worker = ?`, worker)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	mrand "math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -416,10 +417,7 @@ func endRun(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, o Outcome
 	case ClassTimeout:
 		budget, spent, col = q.TimeoutRetries, t.FailsTimeout, "fails_timeout"
 	}
-	why := o.State
-	if o.Error != "" {
-		why += ": " + o.Error
-	}
+	why := describe(o)
 	if col != "" && spent < budget {
 		nb := now.Add(Backoff(class, spent+1, time.Duration(q.BackoffMS)*time.Millisecond))
 		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why,
@@ -431,6 +429,19 @@ func endRun(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, o Outcome
 		set = col + ` = ` + col + ` + 1`
 	}
 	return TaskFailed, finishTaskSet(ctx, tx, now, t, TaskFailed, why, set)
+}
+
+// describe says in a few words why a run failed, for the task's reason.
+func describe(o Outcome) string {
+	switch {
+	case o.Error != "":
+		return o.Error
+	case o.Signal != "":
+		return "killed by " + o.Signal
+	case o.ExitCode != nil:
+		return "exit code " + strconv.Itoa(*o.ExitCode)
+	}
+	return o.State
 }
 
 // Backoff is the delay before retry number n (1-based) of a class: the

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/spf13/cobra"
+)
+
+func newLogsCmd(app *App) *cobra.Command {
+	var runN int
+	var stderr, follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print the output of a task's latest run (--run N, --stderr, --follow)",
+		Args:  exactArgs(1, "logs takes one task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := app.Store(ctx)
+			if err != nil {
+				return err
+			}
+			t, err := st.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			runs := *t.Runs
+			if len(runs) == 0 {
+				return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has no run yet"}
+			}
+			r := runs[len(runs)-1]
+			if cmd.Flags().Changed("run") {
+				if runN < 1 || runN > len(runs) {
+					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has no run " + itoa(runN)}
+				}
+				r = runs[runN-1]
+			}
+			home, _ := app.Home()
+			name := "stdout.log"
+			if stderr {
+				name = "stderr.log"
+			}
+			path := filepath.Join(home, "runs", r.ID, name)
+			var off int64
+			for {
+				// Read the state before the file, so the last bytes written
+				// before the run ended are always printed.
+				state, err := st.RunState(ctx, r.ID)
+				if err != nil {
+					return err
+				}
+				n, err := copyFrom(app.Stdout, path, off)
+				if err != nil {
+					return err
+				}
+				off += n
+				if !follow || queue.RunTerminal(state) {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(waitPoll):
+				}
+			}
+		},
+	}
+	cmd.Flags().IntVar(&runN, "run", 0, "the run with this attempt number (default the latest)")
+	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing until the run ends")
+	return cmd
+}
+
+// copyFrom copies path from offset off to w; a missing file is empty.
+func copyFrom(w io.Writer, path string, off int64) (int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return 0, err
+	}
+	return io.Copy(w, f)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

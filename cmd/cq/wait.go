@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/spf13/cobra"
+)
+
+// waitPoll is how often cq wait and cq logs --follow look again.
+const waitPoll = 100 * time.Millisecond
+
+func newWaitCmd(app *App) *cobra.Command {
+	var timeout string
+	cmd := &cobra.Command{
+		Use:   "wait ID…",
+		Short: "Block until every task is done, failed or cancelled",
+		Long: `Exit codes: 0 all done; 1 any ended failed or cancelled (named on stderr);
+124 the --timeout came first; 4 an unknown id (at once).`,
+		Args: minArgs(1, "wait needs at least one task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var deadline <-chan time.Time
+			if timeout != "" {
+				d, err := queue.ParseDuration(timeout)
+				if err != nil {
+					return usageErr("--timeout: %v", err)
+				}
+				deadline = time.After(d)
+			}
+			ctx := cmd.Context()
+			st, err := app.Store(ctx)
+			if err != nil {
+				return err
+			}
+			ids := make([]string, len(args))
+			for i, ref := range args {
+				if ids[i], err = st.Resolve(ctx, ref); err != nil {
+					return err
+				}
+			}
+			tick := time.NewTicker(waitPoll)
+			defer tick.Stop()
+			for {
+				pending := 0
+				var bad []*queue.Task
+				for _, id := range ids {
+					t, err := st.Get(ctx, id)
+					if err != nil {
+						return err
+					}
+					switch {
+					case !queue.TaskTerminal(t.State):
+						pending++
+					case t.State != queue.TaskDone:
+						bad = append(bad, t)
+					}
+				}
+				if pending == 0 {
+					for _, t := range bad {
+						msg := fmt.Sprintf("cq: task %s ended %s", t.ID, t.State)
+						if t.Reason != nil {
+							msg += " (" + *t.Reason + ")"
+						}
+						fmt.Fprintln(app.Stderr, msg)
+					}
+					if len(bad) > 0 {
+						return silentExit(exitError)
+					}
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return silentExit(exitTimeout)
+				case <-deadline:
+					return silentExit(exitTimeout)
+				case <-tick.C:
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&timeout, "timeout", "", "give up after this long (exit 124)")
+	return cmd
+}

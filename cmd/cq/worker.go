@@ -1,0 +1,82 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/worker"
+	"github.com/spf13/cobra"
+)
+
+func newWorkerCmd(app *App) *cobra.Command {
+	var opt worker.Options
+	var idleExit, lease, grace string
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run tasks (one structured log line per event on stderr)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			durs := []struct {
+				name string
+				val  string
+				dst  *time.Duration
+				min  time.Duration
+			}{
+				{"idle-exit", idleExit, &opt.IdleExit, 0},
+				{"lease", lease, &opt.Lease, 3 * time.Second},
+				{"grace", grace, &opt.Grace, 0},
+			}
+			for _, d := range durs {
+				if d.val == "" {
+					continue
+				}
+				v, err := queue.ParseDuration(d.val)
+				if err != nil {
+					return usageErr("--%s: %v", d.name, err)
+				}
+				if v < d.min {
+					return usageErr("--%s must be at least %v", d.name, d.min)
+				}
+				*d.dst = v
+			}
+			if opt.Concurrency < 1 {
+				return usageErr("--concurrency must be 1 or more")
+			}
+			for _, q := range opt.Queues {
+				if !queue.ValidQueueName(q) {
+					return usageErr("invalid queue name %q", q)
+				}
+			}
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			home, _ := app.Home()
+			opt.Home = home
+			opt.DBPath = st.DB.Path
+			if opt.Handlers == "" {
+				opt.Handlers = app.Getenv("CQ_HANDLERS")
+			}
+			if opt.Handlers == "" {
+				opt.Handlers = filepath.Join(home, "handlers")
+			}
+			if exe, err := os.Executable(); err == nil {
+				opt.Executable = exe
+			}
+			opt.Log = slog.New(slog.NewJSONHandler(app.Stderr, nil))
+			return worker.New(st, opt).Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&opt.Queues, "queue", nil, "only claim from this queue (repeatable; default all)")
+	f.IntVarP(&opt.Concurrency, "concurrency", "c", 1, "runs at once")
+	f.BoolVar(&opt.Once, "once", false, "exit 0 when nothing is runnable and no run is left")
+	f.StringVar(&idleExit, "idle-exit", "", "exit 0 after being idle this long")
+	f.StringVar(&lease, "lease", "90s", "lease TTL, renewed every TTL/3")
+	f.StringVar(&grace, "grace", "10s", "on stop or timeout, SIGTERM then SIGKILL after this long")
+	f.StringVar(&opt.Handlers, "handlers", "", "intent handlers folder (default $CQ_HANDLERS, <home>/handlers)")
+	return cmd
+}

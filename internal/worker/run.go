@@ -1,0 +1,392 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/queue"
+)
+
+// Why a worker killed a run's process group.
+const (
+	killTimeout = "timeout"
+	killCancel  = "cancel"
+	killRelease = "release"
+	killLost    = "lost"
+)
+
+// run is one live run of this worker.
+type run struct {
+	c       *queue.Claimed
+	cmd     *exec.Cmd
+	pgid    int
+	dir     string
+	started time.Time
+	timer   *time.Timer
+	waitErr error
+
+	mu        sync.Mutex
+	killWhy   string
+	lost      bool
+	lastRenew time.Time
+	stdout    *os.File
+	stderr    *os.File
+}
+
+func (r *run) renewed(t time.Time) {
+	r.mu.Lock()
+	r.lastRenew = t
+	r.mu.Unlock()
+}
+
+func (r *run) renewedAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastRenew
+}
+
+// markLost records that the lease is gone; it reports whether this call
+// did it.
+func (r *run) markLost() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lost {
+		return false
+	}
+	r.lost = true
+	return true
+}
+
+func (r *run) isLost() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
+func (r *run) why() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.killWhy
+}
+
+// kill stops the run's process group: SIGTERM now, SIGKILL after grace (at
+// once for a lost lease). The first reason wins; it reports whether this
+// call started the kill.
+func (r *run) kill(why string, grace time.Duration) bool {
+	r.mu.Lock()
+	first := r.killWhy == ""
+	if first || why == killLost {
+		r.killWhy = why
+	}
+	r.mu.Unlock()
+	if !first && why != killLost {
+		return false
+	}
+	if grace <= 0 {
+		signalGroup(r.pgid, syscall.SIGKILL)
+		return true
+	}
+	signalGroup(r.pgid, syscall.SIGTERM)
+	pgid := r.pgid
+	time.AfterFunc(grace, func() { signalGroup(pgid, syscall.SIGKILL) })
+	return true
+}
+
+var handlerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// start spawns a claimed task in its own process group, its output going
+// straight to the run's files, and records queued → running. Failures to
+// spawn are recorded as the run's outcome.
+func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
+	r := &run{c: c, dir: filepath.Join(w.opt.Home, "runs", c.RunID)}
+	log := w.log.With("task", c.TaskID, "run", c.RunID, "attempt", c.Attempt)
+	fail := func(class, msg string) {
+		log.Warn("run.spawn_failed", "error", msg)
+		w.record(ctx, r, queue.Outcome{State: queue.RunFailed, Class: class, Error: msg})
+	}
+	if err := os.MkdirAll(filepath.Join(w.opt.Home, "runs"), 0o700); err != nil {
+		fail(queue.ClassTransient, "run folder: "+err.Error())
+		return
+	}
+	if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		fail(queue.ClassTransient, "run folder: "+err.Error())
+		return
+	}
+	var err error
+	if r.stdout, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stdout.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
+		fail(queue.ClassTransient, "stdout.log: "+err.Error())
+		return
+	}
+	if r.stderr, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stderr.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
+		r.stdout.Close()
+		fail(queue.ClassTransient, "stderr.log: "+err.Error())
+		return
+	}
+	closeFiles := func() {
+		r.stdout.Close()
+		r.stderr.Close()
+	}
+
+	sp := c.Spec
+	env := append(os.Environ(),
+		"CQ_TASK_ID="+c.TaskID, "CQ_RUN_ID="+c.RunID, "CQ_ATTEMPT="+strconv.Itoa(c.Attempt), "CQ_HOME="+w.opt.Home)
+	for k, v := range sp.Env {
+		env = append(env, k+"="+v)
+	}
+	var argv []string
+	stdin := os.DevNull
+	switch {
+	case sp.Shell != "":
+		argv = []string{"/bin/sh", "-c", sp.Shell}
+	case sp.Intent != "":
+		path, msg := w.handler(sp.Intent)
+		if msg != "" {
+			closeFiles()
+			// A missing handler fails the run and is not retried.
+			fail(queue.ClassNone, msg)
+			return
+		}
+		payload := filepath.Join(r.dir, "payload.json")
+		body := []byte(sp.Payload)
+		if len(body) == 0 {
+			body = []byte("null")
+		}
+		if err := writePrivate(payload, body); err != nil {
+			closeFiles()
+			fail(queue.ClassTransient, "payload: "+err.Error())
+			return
+		}
+		argv, stdin = []string{path}, payload
+		env = append(env, "CQ_PAYLOAD_FILE="+payload)
+	default:
+		argv = sp.Cmd
+	}
+	in, err := os.Open(stdin)
+	if err != nil {
+		closeFiles()
+		fail(queue.ClassTransient, "stdin: "+err.Error())
+		return
+	}
+	defer in.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if cmd.Err != nil {
+		closeFiles()
+		fail(queue.ClassTransient, "spawn: "+cmd.Err.Error())
+		return
+	}
+	cmd.Env, cmd.Dir = env, sp.Cwd
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, r.stdout, r.stderr
+	// Its own process group, so that timeouts, cancels and the supervisor
+	// reach grandchildren; the parent-death signal is a first line of
+	// defence for the direct child.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		closeFiles()
+		fail(queue.ClassTransient, "spawn: "+err.Error())
+		return
+	}
+	r.cmd, r.pgid, r.started = cmd, cmd.Process.Pid, time.Now()
+	r.renewed(time.Now())
+	w.sup.add(r.pgid)
+	if err := w.st.StartRun(ctx, c.RunID, c.Token, cmd.Process.Pid, r.pgid); err != nil {
+		// Cancelled or taken over meanwhile: the run is not ours to run.
+		log.Warn("run.start_refused", "error", err.Error())
+		signalGroup(r.pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		w.sup.del(r.pgid)
+		closeFiles()
+		return
+	}
+	log.Info("run.started", "pid", r.pgid, "queue", c.Queue)
+	w.mu.Lock()
+	w.runs[c.RunID] = r
+	w.mu.Unlock()
+	if c.Timeout > 0 {
+		r.timer = time.AfterFunc(c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
+	}
+	go func() {
+		r.waitErr = cmd.Wait()
+		w.exited <- r
+	}()
+}
+
+// handler finds the intent's executable in the handlers folder; the
+// message says why it cannot run.
+func (w *Worker) handler(name string) (string, string) {
+	if !handlerName.MatchString(name) {
+		return "", fmt.Sprintf("missing handler: invalid intent name %q", name)
+	}
+	dir := w.opt.Handlers
+	if dir == "" {
+		dir = filepath.Join(w.opt.Home, "handlers")
+	}
+	path := filepath.Join(dir, name)
+	st, err := os.Stat(path)
+	if err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Sprintf("missing handler: no executable %s", path)
+	}
+	return path, ""
+}
+
+func writePrivate(path string, body []byte) error {
+	f, err := fsutil.OpenPrivate(path, os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// finish records the outcome of a run whose process ended.
+func (w *Worker) finish(ctx context.Context, r *run) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	// Whatever the leader left behind in its group goes with it.
+	signalGroup(r.pgid, syscall.SIGKILL)
+	w.sup.del(r.pgid)
+	r.stdout.Close()
+	r.stderr.Close()
+	w.mu.Lock()
+	delete(w.runs, r.c.RunID)
+	w.mu.Unlock()
+	if r.isLost() {
+		// The lease is gone: someone else owns the task now, and this
+		// worker writes nothing more for the run.
+		return
+	}
+	o := queue.Outcome{State: queue.RunSucceeded}
+	var ee *exec.ExitError
+	switch {
+	case r.waitErr == nil:
+		o.ExitCode = intp(0)
+	case errors.As(r.waitErr, &ee):
+		ws, _ := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			o.Signal = signalName(ws.Signal())
+		} else {
+			o.ExitCode = intp(ws.ExitStatus())
+		}
+		o.State = queue.RunFailed
+		if o.ExitCode != nil && *o.ExitCode == queue.ExitTempFail {
+			o.Class = queue.ClassTransient
+		}
+	default:
+		o.State, o.Class, o.Error = queue.RunFailed, queue.ClassTransient, r.waitErr.Error()
+	}
+	switch r.why() {
+	case killTimeout:
+		o.State, o.Class = queue.RunTimeout, queue.ClassTimeout
+		o.Error = "timed out after " + r.c.Timeout.String()
+	case killCancel:
+		o.State, o.Class = queue.RunCancelled, ""
+	case killRelease:
+		w.release(ctx, r)
+		return
+	}
+	w.record(ctx, r, o)
+}
+
+// record writes a run's outcome and its summary.json, retrying while the
+// store is unreachable and the lease still holds.
+func (w *Worker) record(ctx context.Context, r *run, o queue.Outcome) {
+	log := w.log.With("task", r.c.TaskID, "run", r.c.RunID)
+	ctx = context.WithoutCancel(ctx)
+	var taskState string
+	var err error
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		taskState, err = w.st.FinishRun(ctx, r.c.RunID, r.c.Token, o)
+		// Give up once the lease would be void: the run will be reaped and
+		// run again elsewhere.
+		if err == nil || queue.IsConflict(err) || queue.IsNotFound(err) || time.Since(r.renewedAt()) >= 2*w.opt.Lease/3 {
+			break
+		}
+		log.Error("store.error", "op", "finish", "error", err.Error(), "retry_in", delay.String())
+		time.Sleep(delay)
+	}
+	if err != nil {
+		log.Warn("run.finish_refused", "error", err.Error())
+		return
+	}
+	attrs := []any{"state", o.State, "task_state", taskState}
+	if o.ExitCode != nil {
+		attrs = append(attrs, "exit_code", *o.ExitCode)
+	}
+	if o.Signal != "" {
+		attrs = append(attrs, "signal", o.Signal)
+	}
+	if !r.started.IsZero() {
+		attrs = append(attrs, "duration_seconds", time.Since(r.started).Seconds())
+	}
+	log.Info("run.finished", attrs...)
+	w.summary(ctx, r)
+}
+
+// release gives a run back at graceful stop.
+func (w *Worker) release(ctx context.Context, r *run) {
+	st, err := w.st.ReleaseRun(context.WithoutCancel(ctx), r.c.RunID, r.c.Token)
+	if err != nil {
+		w.log.Warn("run.release_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())
+		return
+	}
+	w.log.Info("run.released", "task", r.c.TaskID, "run", r.c.RunID, "task_state", st)
+	w.summary(ctx, r)
+}
+
+// summary writes runs/<run_id>/summary.json: the run as cq show prints it,
+// plus task_id and duration_seconds.
+func (w *Worker) summary(ctx context.Context, r *run) {
+	runs, err := w.st.Runs(context.WithoutCancel(ctx), r.c.TaskID)
+	if err != nil {
+		return
+	}
+	for _, x := range runs {
+		if x.ID != r.c.RunID {
+			continue
+		}
+		out := struct {
+			queue.Run
+			DurationSeconds *float64 `json:"duration_seconds"`
+		}{Run: x}
+		if x.StartedAt != nil && x.EndedAt != nil {
+			d := queue.ParseStoredTime(*x.EndedAt).Sub(queue.ParseStoredTime(*x.StartedAt)).Seconds()
+			out.DurationSeconds = &d
+		}
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err == nil {
+			_ = os.MkdirAll(r.dir, 0o700)
+			_ = writePrivate(filepath.Join(r.dir, "summary.json"), append(b, '\n'))
+		}
+	}
+}
+
+func intp(n int) *int { return &n }
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+	syscall.SIGXFSZ: "SIGXFSZ",
+}
+
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(s))
+}

@@ -1,0 +1,104 @@
+package worker
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// SupervisorArg is the hidden subcommand that runs the supervisor.
+const SupervisorArg = "__supervisor"
+
+// supervisor is the worker's side of one small helper process that
+// outlives it: the worker tells it each process group it starts and ends,
+// and when the worker dies however it dies (SIGKILL included) the pipe
+// closes and the helper kills every group still recorded. The kernel's
+// parent-death signal would reach only each run's direct child; this
+// reaches shell pipelines' grandchildren too. One helper per worker, not
+// per task, so spawning stays cheap.
+type supervisor struct {
+	mu  sync.Mutex
+	w   io.WriteCloser
+	cmd *exec.Cmd
+}
+
+// startSupervisor starts the helper from the cq executable exe (run with
+// argv[0] "cq" so that a test binary standing in for cq dispatches too).
+func startSupervisor(exe string) (*supervisor, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: exe, Args: []string{"cq", SupervisorArg}, Stdin: r}
+	// Its own process group: a terminal's ^C for the worker does not reach
+	// it, and it ignores such signals anyway; only the pipe's end counts.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("start supervisor: %w", err)
+	}
+	r.Close()
+	return &supervisor{w: w, cmd: cmd}, nil
+}
+
+func (s *supervisor) send(op byte, pgid int) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.w.Write([]byte(string(op) + strconv.Itoa(pgid) + "\n"))
+}
+
+// add records a process group to kill if the worker dies.
+func (s *supervisor) add(pgid int) { s.send('+', pgid) }
+
+// del forgets a process group whose run has ended.
+func (s *supervisor) del(pgid int) { s.send('-', pgid) }
+
+// close ends the helper after a clean stop: every group was deleted, so it
+// kills nothing.
+func (s *supervisor) close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.w.Close()
+	s.mu.Unlock()
+	_ = s.cmd.Wait()
+}
+
+// RunSupervisor is the helper's main: it reads "+PGID"/"-PGID" lines until
+// its stdin ends, then SIGKILLs every group still recorded.
+func RunSupervisor(in io.Reader) int {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	groups := map[int]bool{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := sc.Text()
+		if len(line) < 2 {
+			continue
+		}
+		pgid, err := strconv.Atoi(line[1:])
+		if err != nil || pgid <= 1 {
+			continue
+		}
+		switch line[0] {
+		case '+':
+			groups[pgid] = true
+		case '-':
+			delete(groups, pgid)
+		}
+	}
+	for pgid := range groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return 0
+}

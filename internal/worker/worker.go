@@ -1,0 +1,413 @@
+// Package worker runs tasks: claim → spawn (own process group) → renew the
+// lease → record the outcome, with timeouts, cancels, graceful stop, and
+// a supervisor that leaves no process behind if the worker dies.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/fsnotify/fsnotify"
+)
+
+// Options configure a worker.
+type Options struct {
+	Queues      []string
+	Concurrency int
+	// Once: keep claiming until nothing is runnable and no run is left,
+	// then return.
+	Once     bool
+	IdleExit time.Duration
+	Lease    time.Duration
+	Grace    time.Duration
+	Handlers string
+	Home     string
+	// DBPath is the database file; its folder is watched for writes so an
+	// idle worker wakes at once when work arrives.
+	DBPath string
+	// Executable is the cq binary that runs the supervisor; empty disables
+	// it (tests of the loop alone).
+	Executable string
+	Log        *slog.Logger
+
+	// PollEvery is the fallback claim poll when no write is noticed.
+	PollEvery time.Duration
+	// CancelPoll is how often a worker with live runs looks for cancels.
+	CancelPoll time.Duration
+	// HeartbeatEvery is how often the in-process maintenance pass runs.
+	HeartbeatEvery time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 1
+	}
+	if o.Lease <= 0 {
+		o.Lease = 90 * time.Second
+	}
+	if o.Grace < 0 {
+		o.Grace = 0
+	}
+	if o.PollEvery <= 0 {
+		o.PollEvery = time.Second
+	}
+	if o.CancelPoll <= 0 {
+		o.CancelPoll = 250 * time.Millisecond
+	}
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+}
+
+// Worker runs tasks from one store.
+type Worker struct {
+	st   *queue.Store
+	opt  Options
+	id   string
+	host string
+	log  *slog.Logger
+	sup  *supervisor
+
+	mu   sync.Mutex
+	runs map[string]*run // live runs by run id
+
+	exited chan *run
+	wake   chan struct{}
+}
+
+// New makes a worker over st.
+func New(st *queue.Store, opt Options) *Worker {
+	opt.defaults()
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return &Worker{
+		st: st, opt: opt, host: host,
+		id:     fmt.Sprintf("%s:%d", host, os.Getpid()),
+		log:    opt.Log,
+		runs:   map[string]*run{},
+		exited: make(chan *run, 64),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// ID names this worker in runs and logs.
+func (w *Worker) ID() string { return w.id }
+
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run works until ctx ends (a graceful stop: stop claiming, wait up to
+// Grace for the runs, then kill and release the rest), or until --once or
+// --idle-exit says it is done. An error is fatal (exit 1).
+func (w *Worker) Run(ctx context.Context) error {
+	if w.opt.Executable != "" {
+		sup, err := startSupervisor(w.opt.Executable)
+		if err != nil {
+			return err
+		}
+		w.sup = sup
+		defer w.sup.close()
+	}
+	stopWatch := w.watch()
+	defer stopWatch()
+	w.log.Info("worker.started", "worker", w.id, "concurrency", w.opt.Concurrency, "queues", w.opt.Queues, "once", w.opt.Once)
+
+	// The lease keeper renews and watches leases on its own goroutine, so
+	// a slow claim or a busy store never delays a renewal.
+	keeperCtx, stopKeeper := context.WithCancel(context.Background())
+	var keeperDone sync.WaitGroup
+	keeperDone.Add(1)
+	go func() { defer keeperDone.Done(); w.keepLeases(keeperCtx) }()
+	defer func() { stopKeeper(); keeperDone.Wait() }()
+
+	w.maintain(ctx)
+	poll := time.NewTicker(w.opt.PollEvery)
+	defer poll.Stop()
+	cancelPoll := time.NewTicker(w.opt.CancelPoll)
+	defer cancelPoll.Stop()
+	hb := time.NewTicker(w.opt.HeartbeatEvery)
+	defer hb.Stop()
+	idleSince := time.Now()
+	storeBackoff := time.Duration(0)
+
+	for {
+		if ctx.Err() != nil {
+			return w.stop()
+		}
+		drained := false
+		if w.live() < w.opt.Concurrency {
+			claimed, err := w.fill(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return w.stop()
+			case err != nil:
+				storeBackoff = min(max(2*storeBackoff, 100*time.Millisecond), 5*time.Second)
+				w.log.Error("store.error", "op", "claim", "error", err.Error(), "retry_in", storeBackoff.String())
+			default:
+				storeBackoff = 0
+				drained = !claimed || w.live() < w.opt.Concurrency
+			}
+		}
+		if w.live() > 0 {
+			idleSince = time.Now()
+		}
+		if w.opt.Once && drained && w.live() == 0 {
+			w.log.Info("worker.stopped", "worker", w.id, "why", "nothing left to run (--once)")
+			return nil
+		}
+		if w.opt.IdleExit > 0 && w.live() == 0 && time.Since(idleSince) >= w.opt.IdleExit {
+			w.log.Info("worker.stopped", "worker", w.id, "why", "idle (--idle-exit)")
+			return nil
+		}
+		var idle <-chan time.Time
+		if w.opt.IdleExit > 0 && w.live() == 0 {
+			idle = time.After(w.opt.IdleExit - time.Since(idleSince))
+		}
+		var retry <-chan time.Time
+		if storeBackoff > 0 {
+			retry = time.After(storeBackoff)
+		}
+		select {
+		case <-ctx.Done():
+		case r := <-w.exited:
+			w.finish(ctx, r)
+		case <-w.wake:
+		case <-poll.C:
+			w.promoteIfDue(ctx)
+		case <-cancelPoll.C:
+			w.checkCancels(ctx)
+		case <-hb.C:
+			w.maintain(ctx)
+		case <-idle:
+		case <-retry:
+		}
+	}
+}
+
+// live is the number of runs this worker holds.
+func (w *Worker) live() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.runs)
+}
+
+// fill claims until the slots are full or nothing is runnable. It reports
+// whether it claimed anything.
+func (w *Worker) fill(ctx context.Context) (bool, error) {
+	claimed := false
+	for w.live() < w.opt.Concurrency {
+		// A read first: an idle worker's poll must not take the write lock.
+		ok, err := w.st.HasRunnable(ctx)
+		if err != nil {
+			return claimed, err
+		}
+		if !ok {
+			return claimed, nil
+		}
+		c, err := w.st.Claim(ctx, queue.ClaimParams{Worker: w.id, Host: w.host, Queues: w.opt.Queues, Lease: w.opt.Lease})
+		if err != nil {
+			return claimed, err
+		}
+		if c == nil {
+			return claimed, nil
+		}
+		claimed = true
+		w.start(ctx, c)
+	}
+	return claimed, nil
+}
+
+// maintain runs the in-process maintenance pass; a system with workers and
+// no cron still heals.
+func (w *Worker) maintain(ctx context.Context) {
+	r, err := heartbeat.Pass(ctx, w.st, heartbeat.Options{Home: w.opt.Home, Host: w.host})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("store.error", "op", "heartbeat", "error", err.Error())
+		}
+		return
+	}
+	if r.Reaped > 0 || r.Promoted > 0 || r.Drained > 0 {
+		w.log.Info("heartbeat", "drained", r.Drained, "reaped", r.Reaped, "killed", r.Killed, "promoted", r.Promoted)
+	}
+}
+
+// promoteIfDue returns due blocked tasks to todo without waiting for the
+// next maintenance pass, so a short backoff is honoured on time.
+func (w *Worker) promoteIfDue(ctx context.Context) {
+	at, ok, err := w.st.NextDue(ctx)
+	if err != nil || !ok || at.After(w.st.Now()) {
+		return
+	}
+	if n, err := w.st.PromoteDue(ctx); err == nil && n > 0 {
+		w.log.Info("tasks.promoted", "count", n)
+	}
+}
+
+// checkCancels notices runs a user is cancelling and stops them.
+func (w *Worker) checkCancels(ctx context.Context) {
+	if w.live() == 0 {
+		return
+	}
+	ids, err := w.st.CancellingRuns(ctx, w.id)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		w.mu.Lock()
+		r := w.runs[id]
+		w.mu.Unlock()
+		if r != nil && r.kill(killCancel, w.opt.Grace) {
+			w.log.Info("run.cancelling", "task", r.c.TaskID, "run", r.c.RunID)
+		}
+	}
+}
+
+// watch wakes the loop whenever the database or the spool is written: an
+// idle worker starts new work within milliseconds without polling hard.
+func (w *Worker) watch() func() {
+	dirs := map[string]bool{}
+	if w.opt.DBPath != "" {
+		dirs[filepath.Dir(w.opt.DBPath)] = true
+	}
+	if w.opt.Home != "" {
+		dirs[w.opt.Home] = true
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.log.Warn("watch.unavailable", "error", err.Error())
+		return func() {}
+	}
+	for d := range dirs {
+		if err := fw.Add(d); err != nil {
+			w.log.Warn("watch.unavailable", "dir", d, "error", err.Error())
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case ev, ok := <-fw.Events:
+				if !ok {
+					return
+				}
+				if ev.Has(fsnotify.Write) || ev.Has(fsnotify.Create) {
+					w.poke()
+				}
+			case _, ok := <-fw.Errors:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); fw.Close() }
+}
+
+// stop is the graceful stop: no more claims; wait up to Grace for the
+// runs; then SIGTERM their groups, SIGKILL 2 s later, and release them
+// (task back to todo, no budget spent).
+func (w *Worker) stop() error {
+	ctx := context.Background()
+	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
+	deadline := time.After(w.opt.Grace)
+	killed := false
+	for w.live() > 0 {
+		select {
+		case r := <-w.exited:
+			w.finish(ctx, r)
+		case <-deadline:
+			if !killed {
+				killed = true
+				w.mu.Lock()
+				for _, r := range w.runs {
+					r.kill(killRelease, 2*time.Second)
+				}
+				w.mu.Unlock()
+			}
+		}
+	}
+	w.log.Info("worker.stopped", "worker", w.id, "why", "signal")
+	return nil
+}
+
+// errLost marks a run whose lease this worker lost.
+var errLost = errors.New("lease lost")
+
+// keepLeases renews every live run's lease each Lease/3, and kills the
+// process group of any run whose lease it could not renew for 2/3 of the
+// TTL, so the old process is gone before anyone else may take the task.
+func (w *Worker) keepLeases(ctx context.Context) {
+	every := w.opt.Lease / 3
+	check := min(every, time.Second)
+	tick := time.NewTicker(check)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		var live []*run
+		for _, r := range w.runs {
+			live = append(live, r)
+		}
+		w.mu.Unlock()
+		for _, r := range live {
+			since := time.Since(r.renewedAt())
+			if since >= 2*w.opt.Lease/3 {
+				if r.markLost() {
+					w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", "lease not renewed for 2/3 of its TTL")
+					r.kill(killLost, 0)
+				}
+				continue
+			}
+			if since < every || r.isLost() {
+				continue
+			}
+			ren, err := w.st.RenewLease(ctx, r.c.RunID, r.c.Token, w.opt.Lease)
+			switch {
+			case err == nil:
+				r.renewed(time.Now())
+				if ren.State == queue.RunCancelling {
+					r.kill(killCancel, w.opt.Grace)
+				}
+			case queue.IsConflict(err):
+				if r.markLost() {
+					w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", err.Error())
+					r.kill(killLost, 0)
+				}
+			case ctx.Err() == nil:
+				w.log.Error("store.error", "op", "renew", "run", r.c.RunID, "error", err.Error())
+			}
+		}
+	}
+}
+
+// signalGroup sends sig to the process group pgid.
+func signalGroup(pgid int, sig syscall.Signal) {
+	if pgid > 1 {
+		_ = syscall.Kill(-pgid, sig)
+	}
+}
