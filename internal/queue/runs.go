@@ -421,7 +421,8 @@ func endRun(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, o Outcome
 	if col != "" && spent < budget {
 		nb := now.Add(Backoff(class, spent+1, time.Duration(q.BackoffMS)*time.Millisecond))
 		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why,
-			col+` = `+col+` + 1, blocked_reason = 'retry', not_before = ?, not_before_why = 'retry'`, FormatTime(nb))
+			col+` = `+col+` + 1, blocked_reason = 'retry', not_before = ?, not_before_why = 'retry', reason = ?`,
+			FormatTime(nb), "retry after "+why)
 		return TaskBlocked, err
 	}
 	set := ""
