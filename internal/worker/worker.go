@@ -16,6 +16,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/spool"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -213,6 +214,11 @@ func (w *Worker) live() int {
 // whether it claimed anything.
 func (w *Worker) fill(ctx context.Context) (bool, error) {
 	claimed := false
+	if w.opt.Home != "" && spool.Pending(w.opt.Home) {
+		if _, err := w.st.DrainSpool(ctx, w.opt.Home); err != nil {
+			return false, err
+		}
+	}
 	for w.live() < w.opt.Concurrency {
 		// A read first: an idle worker's poll must not take the write lock.
 		ok, err := w.st.HasRunnable(ctx)
