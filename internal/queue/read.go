@@ -62,7 +62,22 @@ func (t *Task) Command() string {
 	case t.Intent != "":
 		return "intent:" + t.Intent
 	}
-	return strings.Join(t.Cmd, " ")
+	q := make([]string, len(t.Cmd))
+	for i, a := range t.Cmd {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// shellQuote renders one argument so that the listing reads as the
+// command a user would type.
+func shellQuote(a string) string {
+	if a != "" && strings.IndexFunc(a, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
 
 func strp(s string) *string {
