@@ -92,7 +92,6 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, err
 	}
 	q := url.Values{}
-	q.Set("_journal_mode", "WAL")
 	q.Set("_busy_timeout", "30000")
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
@@ -109,6 +108,16 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	sqldb.SetMaxIdleConns(8)
 	sqldb.SetConnMaxIdleTime(0)
 	d := &DB{SQL: sqldb, Path: path}
+	// The version is read before anything is written: a database from a
+	// newer cq is refused untouched, even its journal mode.
+	if err := d.checkVersion(ctx); err != nil {
+		_ = sqldb.Close()
+		return nil, err
+	}
+	if err := d.walMode(ctx); err != nil {
+		_ = sqldb.Close()
+		return nil, err
+	}
 	if err := d.migrate(ctx); err != nil {
 		_ = sqldb.Close()
 		return nil, err
@@ -149,7 +158,7 @@ func (d *DB) userVersion(ctx context.Context, q interface {
 	return v, err
 }
 
-func (d *DB) migrate(ctx context.Context) error {
+func (d *DB) checkVersion(ctx context.Context) error {
 	latest := LatestVersion()
 	v, err := d.userVersion(ctx, d.SQL)
 	if err != nil {
@@ -157,6 +166,34 @@ func (d *DB) migrate(ctx context.Context) error {
 	}
 	if v > latest {
 		return fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
+	}
+	return nil
+}
+
+// walMode switches the database to WAL, once: the mode is stored in the
+// file, so later connections find it set and this is a read.
+func (d *DB) walMode(ctx context.Context) error {
+	var mode string
+	if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if strings.EqualFold(mode, "wal") {
+		return nil
+	}
+	if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return fmt.Errorf("set WAL mode: %w", wrapBusy(err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("cannot switch %s to WAL mode (got %s)", d.Path, mode)
+	}
+	return nil
+}
+
+func (d *DB) migrate(ctx context.Context) error {
+	latest := LatestVersion()
+	v, err := d.userVersion(ctx, d.SQL)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
 	}
 	if v == latest {
 		return nil

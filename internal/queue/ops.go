@@ -222,7 +222,7 @@ func (s *Store) Release(ctx context.Context, ref, reason string) (string, string
 func releaseTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
 	if !t.Hold || (t.State != TaskInbox && t.State != TaskBlocked) {
 		if t.State == TaskInbox || t.State == TaskBlocked || t.State == TaskTodo {
-			return conflictf("cannot release task %s: it has no hold", t.ID)
+			return conflictf("cannot release task %s: it is %s without a hold", t.ID, t.State)
 		}
 		return refused(t, "release")
 	}
@@ -324,7 +324,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 			}
 			err = cancelByUser(ctx, tx, now, t, reason)
 		default:
-			return conflictf("cannot set task %s to %s: only todo, blocked and cancelled can be requested", t.ID, target)
+			return conflictf("cannot set task %s to %s: it is %s, and only todo, blocked and cancelled can be requested", t.ID, target, t.State)
 		}
 		if err != nil {
 			return err
@@ -334,7 +334,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 			return err
 		}
 		if state != target {
-			return conflictf("task %s would end %s, not %s; nothing changed", t.ID, state, target)
+			return conflictf("cannot set task %s to %s: it is %s and would end %s; nothing changed", t.ID, target, t.State, state)
 		}
 		return nil
 	})

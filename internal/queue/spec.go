@@ -41,7 +41,9 @@ var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	intentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	daysPattern   = regexp.MustCompile(`([0-9]+(?:\.[0-9]*)?|\.[0-9]+)d`)
+	// durationPattern is a Go duration with a d (days) unit as well.
+	durationPattern = regexp.MustCompile(`^[-+]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d))+)$`)
+	durationToken   = regexp.MustCompile(`(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d)`)
 )
 
 // MaxKeyLen bounds --key.
@@ -95,16 +97,25 @@ func ParseDuration(s string) (time.Duration, error) {
 	if in == "" {
 		return 0, invalidf("empty duration")
 	}
-	conv := daysPattern.ReplaceAllStringFunc(in, func(m string) string {
-		f, err := strconv.ParseFloat(strings.TrimSuffix(m, "d"), 64)
+	bad := invalidf("invalid duration %q (want e.g. 90s, 1h30m, 30d)", s)
+	if !durationPattern.MatchString(in) {
+		return 0, bad
+	}
+	// Each whole number-and-unit token with unit d becomes hours; the
+	// pattern above guarantees tokens never split a number.
+	conv := durationToken.ReplaceAllStringFunc(in, func(tok string) string {
+		if !strings.HasSuffix(tok, "d") {
+			return tok
+		}
+		f, err := strconv.ParseFloat(strings.TrimSuffix(tok, "d"), 64)
 		if err != nil {
-			return m
+			return tok
 		}
 		return strconv.FormatFloat(f*24, 'f', -1, 64) + "h"
 	})
 	d, err := time.ParseDuration(conv)
 	if err != nil {
-		return 0, invalidf("invalid duration %q (want e.g. 90s, 1h30m, 30d)", s)
+		return 0, bad
 	}
 	return d, nil
 }
@@ -112,15 +123,23 @@ func ParseDuration(s string) (time.Duration, error) {
 // ParseTime reads --at: RFC 3339, or "YYYY-MM-DD HH:MM[:SS]" in loc.
 func ParseTime(s string, loc *time.Location) (time.Time, error) {
 	s = strings.TrimSpace(s)
+	bad := invalidf("invalid time %q (want RFC 3339 or YYYY-MM-DD HH:MM[:SS], years 0001 to 9999)", s)
+	inRange := func(t time.Time) (time.Time, error) {
+		t = t.UTC()
+		if t.Year() < 1 || t.Year() > 9999 {
+			return time.Time{}, bad
+		}
+		return t, nil
+	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
+		return inRange(t)
 	}
 	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04"} {
 		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
-			return t.UTC(), nil
+			return inRange(t)
 		}
 	}
-	return time.Time{}, invalidf("invalid time %q (want RFC 3339 or YYYY-MM-DD HH:MM[:SS])", s)
+	return time.Time{}, bad
 }
 
 // ParsePriority turns P0…P3 (any case) into 0…3.

@@ -169,7 +169,9 @@ func Drain(home string, now func() time.Time, store func(lines [][]byte) ([]Reje
 	}
 	var lines [][]byte
 	for _, ln := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
-		if len(bytes.TrimSpace(ln)) > 0 {
+		// Only ASCII blanks make a line empty: anything else is a line to
+		// store or reject, never to drop.
+		if len(bytes.Trim(ln, " \t\r")) > 0 {
 			lines = append(lines, ln)
 		}
 	}

@@ -1,0 +1,305 @@
+package db_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/cq-dev/cq/internal/db"
+	_ "github.com/mattn/go-sqlite3"
+)
+
+func open(t *testing.T, path string) *db.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func userVersion(t *testing.T, q interface {
+	QueryRow(string, ...any) *sql.Row
+}) int {
+	t.Helper()
+	var v int
+	if err := q.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func tables(t *testing.T, d *db.DB) map[string]bool {
+	t.Helper()
+	rows, err := d.SQL.Query(`SELECT name FROM sqlite_master WHERE type = 'table'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = true
+	}
+	return out
+}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	ms := db.Migrations()
+	if len(ms) == 0 {
+		t.Fatal("schema.sql has no migrations")
+	}
+	for i, m := range ms {
+		if m.Version != i+1 {
+			t.Fatalf("migration %d has version %d: versions must be 1, 2, 3, … in order", i, m.Version)
+		}
+		if len(bytes.TrimSpace([]byte(m.SQL))) == 0 {
+			t.Fatalf("migration %d is empty", m.Version)
+		}
+	}
+	if db.LatestVersion() != ms[len(ms)-1].Version {
+		t.Fatalf("LatestVersion = %d, want %d", db.LatestVersion(), ms[len(ms)-1].Version)
+	}
+
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d := open(t, path)
+	if v := userVersion(t, d.SQL); v != db.LatestVersion() {
+		t.Fatalf("user_version = %d after Open, want %d", v, db.LatestVersion())
+	}
+	have := tables(t, d)
+	for _, want := range []string{"tasks", "task_deps", "runs", "events", "queues", "system_state"} {
+		if !have[want] {
+			t.Errorf("table %s missing after migrations (have %v)", want, have)
+		}
+	}
+	var mode, fk string
+	if err := d.SQL.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+	}
+	if err := d.SQL.QueryRow(`PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != "1" {
+		t.Errorf("foreign_keys = %q, %v; want 1", fk, err)
+	}
+
+	// Opening an up-to-date database again applies nothing.
+	if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('marker', 'x', 'now')`); err != nil {
+		t.Fatal(err)
+	}
+	d2 := open(t, path)
+	var n int
+	if err := d2.SQL.QueryRow(`SELECT COUNT(*) FROM system_state WHERE key = 'marker'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("reopening lost data: %d, %v", n, err)
+	}
+	if v := userVersion(t, d2.SQL); v != db.LatestVersion() {
+		t.Fatalf("user_version = %d after reopening, want %d", v, db.LatestVersion())
+	}
+}
+
+func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	ms := db.Migrations()
+	if len(ms) < 2 {
+		t.Skip("only one migration: nothing to resume from")
+	}
+	path := filepath.Join(t.TempDir(), "cq.db")
+	raw, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ms[0].SQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`PRAGMA user_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	d := open(t, path)
+	if v := userVersion(t, d.SQL); v != db.LatestVersion() {
+		t.Fatalf("user_version = %d, want %d", v, db.LatestVersion())
+	}
+}
+
+// TestFutureSchemaIsRefusedUntouched: a database written by a newer cq is
+// refused with ErrFutureSchema and left exactly as it was (SPEC section 1).
+func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
+	t.Parallel()
+	for _, journal := range []string{"wal", "delete"} {
+		t.Run(journal, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "cq.db")
+			raw, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode="+journal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.SetMaxOpenConns(1)
+			for _, q := range []string{
+				`CREATE TABLE future (x TEXT)`,
+				`INSERT INTO future VALUES ('from a newer cq')`,
+				fmt.Sprintf(`PRAGMA user_version = %d`, db.LatestVersion()+1),
+			} {
+				if _, err := raw.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := raw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			before := dirFiles(t, dir)
+
+			d, err := db.Open(context.Background(), path)
+			if err == nil {
+				d.Close()
+				t.Fatal("Open accepted a database from a newer version")
+			}
+			if !errors.Is(err, db.ErrFutureSchema) {
+				t.Fatalf("Open: %v; want ErrFutureSchema", err)
+			}
+			if after := dirFiles(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("SPEC section 1: a newer database must never be modified; Open changed the folder:\nbefore %v\nafter  %v",
+					summary(before), summary(after))
+			}
+		})
+	}
+}
+
+// dirFiles reads every file of dir: name → contents. An empty -wal or
+// -shm left behind by SQLite holds no data and is not counted.
+func dirFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 && e.Name() != "cq.db" {
+			continue
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+func summary(files map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, b := range files {
+		s := fmt.Sprintf("%d bytes", len(b))
+		if name == "cq.db" && len(b) >= 100 {
+			s += fmt.Sprintf(", header bytes 18-19 (journal versions) = %d %d", b[18], b[19])
+		}
+		out[name] = s
+	}
+	return out
+}
+
+// TestFilesArePrivateWhateverTheUmask: cq.db, -wal and -shm are 0600 even
+// under umask 0 (SPEC section 1). It changes the process umask, so it must
+// not run beside other tests (no t.Parallel).
+func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d := open(t, path)
+	// A write makes sure the WAL and its index exist while d is open.
+	if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if err != nil {
+			t.Fatalf("%s: %v", filepath.Base(name), err)
+		}
+		if perm := st.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s has mode %#o under umask 0, want 0600", filepath.Base(name), perm)
+		}
+	}
+}
+
+// TestConcurrentOpenOfANewPath: several processes starting at once on a
+// new home create and migrate it safely (SPEC section 1). Each goroutine
+// has its own pool, so they contend through SQLite's file locks as
+// separate processes would.
+func TestConcurrentOpenOfANewPath(t *testing.T) {
+	t.Parallel()
+	for round := 0; round < 5; round++ {
+		path := filepath.Join(t.TempDir(), "cq.db")
+		const n = 16
+		start := make(chan struct{})
+		errs := make([]error, n)
+		dbs := make([]*db.DB, n)
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				dbs[i], errs[i] = db.Open(context.Background(), path)
+				if errs[i] == nil {
+					var c int
+					errs[i] = dbs[i].SQL.QueryRow(`SELECT COUNT(*) FROM tasks`).Scan(&c)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: opener %d: %v", round, i, err)
+			}
+		}
+		for _, d := range dbs {
+			if d != nil {
+				if v := userVersion(t, d.SQL); v != db.LatestVersion() {
+					t.Errorf("user_version = %d, want %d", v, db.LatestVersion())
+				}
+				d.Close()
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func TestPathFromURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in, want string
+		err      error
+	}{
+		{"sqlite:///var/cq.db", "/var/cq.db", nil},
+		{"sqlite:rel.db", "rel.db", nil},
+		{"/abs/cq.db", "/abs/cq.db", nil},
+		{"postgres://u@h/db", "", db.ErrUnsupported},
+		{"postgresql://u@h/db", "", db.ErrUnsupported},
+		{"mysql://u@h/db", "", db.ErrUnsupported},
+	} {
+		got, err := db.PathFromURL(c.in)
+		if c.err != nil {
+			if !errors.Is(err, c.err) {
+				t.Errorf("PathFromURL(%q) = %q, %v; want %v", c.in, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("PathFromURL(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
