@@ -72,9 +72,10 @@ func (t *Task) Command() string {
 // shellQuote renders one argument so that the listing reads as the
 // command a user would type.
 func shellQuote(a string) string {
-	if a != "" && strings.IndexFunc(a, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-	}) < 0 {
+	plain := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r)
+	}
+	if a != "" && strings.IndexFunc(a, func(r rune) bool { return !plain(r) }) < 0 {
 		return a
 	}
 	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"

@@ -5,7 +5,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -356,9 +355,6 @@ func (w *Worker) stop() error {
 	w.log.Info("worker.stopped", "worker", w.id, "why", "signal")
 	return nil
 }
-
-// errLost marks a run whose lease this worker lost.
-var errLost = errors.New("lease lost")
 
 // keepLeases renews every live run's lease each Lease/3, and kills the
 // process group of any run whose lease it could not renew for 2/3 of the
