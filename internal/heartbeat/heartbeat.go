@@ -15,10 +15,14 @@ import (
 
 // Result counts what one pass did.
 type Result struct {
-	Drained  int `json:"drained"`
-	Reaped   int `json:"reaped"`
-	Killed   int `json:"killed"`
-	Promoted int `json:"promoted"`
+	Drained      int    `json:"drained"`
+	Reaped       int    `json:"reaped"`
+	Killed       int    `json:"killed"`
+	StartTimeout int    `json:"start_timeouts"`
+	Promoted     int    `json:"promoted"`
+	Cancelled    int    `json:"cancelled"`
+	Warned       int    `json:"warned"`
+	Health       string `json:"health"`
 }
 
 // Options tune a pass.
@@ -30,9 +34,13 @@ type Options struct {
 	Host string
 }
 
-// Pass runs one maintenance pass: it drains the spool, reaps runs whose
-// lease expired (killing their process groups left on this host), and
-// promotes blocked tasks whose time has come.
+// Pass runs one maintenance pass (SPEC section 8): it drains the spool,
+// reaps runs whose lease expired (killing their process groups left on
+// this host), times out runs not started within their queue's start
+// timeout, promotes blocked tasks that nothing blocks any more, cancels
+// dependents of failed or cancelled tasks, warns once about tasks waiting
+// too long, and records last_heartbeat, queue_length and health in
+// system_state.
 func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	var r Result
 	var err error
@@ -51,10 +59,33 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 			r.Killed++
 		}
 	}
+	if r.StartTimeout, err = st.TimeoutQueuedRuns(ctx); err != nil {
+		return r, err
+	}
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
 		return r, err
 	}
-	return r, nil
+	n, err := st.PromoteReady(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Promoted += n
+	if r.Cancelled, err = st.CancelOrphans(ctx); err != nil {
+		return r, err
+	}
+	if r.Warned, err = st.WarnWaiting(ctx); err != nil {
+		return r, err
+	}
+	if err := st.SetSystemState(ctx, map[string]string{"last_heartbeat": queue.FormatTime(st.Now())}); err != nil {
+		return r, err
+	}
+	h, err := st.Health(ctx, queue.DefaultThresholds())
+	if err != nil {
+		return r, err
+	}
+	r.Health = h.Status
+	err = st.SetSystemState(ctx, map[string]string{"queue_length": strconv.Itoa(h.Backlog), "health": h.Status})
+	return r, err
 }
 
 // KillRunGroup SIGKILLs the process group pgid if a member of it still

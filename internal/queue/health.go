@@ -1,0 +1,215 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Health verdicts, from best to worst.
+const (
+	HealthOK        = "ok"
+	HealthDegraded  = "degraded"
+	HealthUnhealthy = "unhealthy"
+)
+
+// Thresholds are SPEC section 8's health limits; each is a flag of
+// cq health.
+type Thresholds struct {
+	SuccessDegraded  float64       // success rate at or below this: degraded (0.95)
+	SuccessUnhealthy float64       // below this: unhealthy (0.80)
+	BacklogDegraded  int           // backlog at or above this: degraded (10)
+	BacklogUnhealthy int           // above this: unhealthy (50)
+	BlockedDegraded  int           // tasks blocked for retry at or above this: degraded (3)
+	BlockedUnhealthy int           // above this: unhealthy (10)
+	FailedDegraded   int           // failed_24h at or above this: degraded (5)
+	HeartbeatMaxAge  time.Duration // a heartbeat this old or older: unhealthy (5m)
+	Window           time.Duration // the window for run figures (24h)
+}
+
+// DefaultThresholds are SPEC section 8's.
+func DefaultThresholds() Thresholds {
+	return Thresholds{
+		SuccessDegraded: 0.95, SuccessUnhealthy: 0.80,
+		BacklogDegraded: 10, BacklogUnhealthy: 50,
+		BlockedDegraded: 3, BlockedUnhealthy: 10,
+		FailedDegraded: 5, HeartbeatMaxAge: 5 * time.Minute, Window: 24 * time.Hour,
+	}
+}
+
+// QueueHealth is one queue's line in Health.
+type QueueHealth struct {
+	Backlog     int  `json:"backlog"`
+	Running     int  `json:"running"`
+	Paused      bool `json:"paused"`
+	Concurrency int  `json:"concurrency"`
+}
+
+// Health is cq health's report (SPEC section 5's JSON shape).
+type Health struct {
+	Status             string                 `json:"status"`
+	SuccessRate        *float64               `json:"success_rate"`
+	Backlog            int                    `json:"backlog"`
+	BlockedRetry       int                    `json:"blocked_retry"`
+	Failed24h          int                    `json:"failed_24h"`
+	AvgDurationSeconds *float64               `json:"avg_duration_seconds"`
+	LastHeartbeat      *string                `json:"last_heartbeat"`
+	States             map[string]int         `json:"states"`
+	Queues             map[string]QueueHealth `json:"queues"`
+	Warnings           []string               `json:"warnings"`
+	OldestWaiting      *OldestTask            `json:"oldest_waiting"`
+	// RunsFinished counts runs that ended within the window, by state.
+	RunsFinished map[string]int `json:"runs_finished"`
+	Window       string         `json:"window"`
+	CheckedAt    string         `json:"checked_at"`
+}
+
+// OldestTask names the task that has waited longest in todo.
+type OldestTask struct {
+	ID      string  `json:"id"`
+	Queue   string  `json:"queue"`
+	Since   string  `json:"since"`
+	Seconds float64 `json:"waiting_seconds"`
+}
+
+// Health gathers the figures and decides the verdict: the worst row of
+// SPEC section 8's table.
+func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
+	now := s.now()
+	q := s.DB.SQL
+	h := &Health{States: map[string]int{}, Queues: map[string]QueueHealth{}, Warnings: []string{},
+		RunsFinished: map[string]int{}, Window: th.Window.String(), CheckedAt: FormatTime(now)}
+	for _, st := range TaskStates {
+		h.States[st] = 0
+	}
+	rows, err := q.QueryContext(ctx, `SELECT state, COUNT(*) FROM tasks GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	if err := scanCounts(rows, h.States); err != nil {
+		return nil, err
+	}
+
+	qs, err := s.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, qq := range qs {
+		h.Queues[qq.Name] = QueueHealth{Backlog: qq.Backlog, Running: qq.Running, Paused: qq.Paused, Concurrency: qq.Concurrency}
+		if !qq.Paused {
+			h.Backlog += qq.Backlog
+		}
+	}
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'blocked' AND blocked_reason = 'retry'`).Scan(&h.BlockedRetry); err != nil {
+		return nil, err
+	}
+
+	since := FormatTime(now.Add(-th.Window))
+	for _, st := range []string{RunSucceeded, RunFailed, RunTimeout, RunCancelled} {
+		h.RunsFinished[st] = 0
+	}
+	rows, err = q.QueryContext(ctx, `SELECT state, COUNT(*) FROM runs WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY state`, since)
+	if err != nil {
+		return nil, err
+	}
+	if err := scanCounts(rows, h.RunsFinished); err != nil {
+		return nil, err
+	}
+	ok, bad := h.RunsFinished[RunSucceeded], h.RunsFinished[RunFailed]+h.RunsFinished[RunTimeout]
+	h.Failed24h = bad
+	if ok+bad > 0 {
+		r := float64(ok) / float64(ok+bad)
+		h.SuccessRate = &r
+	}
+	var avg sql.NullFloat64
+	if err := q.QueryRowContext(ctx, `SELECT AVG((julianday(ended_at) - julianday(started_at)) * 86400.0) FROM runs
+		WHERE ended_at IS NOT NULL AND ended_at >= ? AND started_at IS NOT NULL`, since).Scan(&avg); err != nil {
+		return nil, err
+	}
+	if avg.Valid {
+		v := avg.Float64
+		h.AvgDurationSeconds = &v
+	}
+
+	var oid, oq, oat string
+	err = q.QueryRowContext(ctx, `SELECT id, queue, todo_at FROM tasks WHERE state = 'todo' AND todo_at IS NOT NULL
+		ORDER BY todo_at LIMIT 1`).Scan(&oid, &oq, &oat)
+	if err == nil {
+		h.OldestWaiting = &OldestTask{ID: oid, Queue: oq, Since: oat, Seconds: now.Sub(ParseStoredTime(oat)).Seconds()}
+	}
+	var waiting int
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'todo' AND warned = 1`).Scan(&waiting); err != nil {
+		return nil, err
+	}
+	if waiting > 0 {
+		h.Warnings = append(h.Warnings, fmt.Sprintf("%d task(s) waiting in todo longer than their queue's warn-after", waiting))
+	}
+
+	if v, ok, err := s.SystemState(ctx, "last_heartbeat"); err != nil {
+		return nil, err
+	} else if ok {
+		h.LastHeartbeat = &v
+	}
+	h.Status, h.Warnings = verdict(h, th, now, h.Warnings)
+	return h, nil
+}
+
+func scanCounts(rows *sql.Rows, into map[string]int) error {
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return err
+		}
+		into[k] = n
+	}
+	return rows.Err()
+}
+
+// verdict applies the thresholds; the worst row decides, and each row that
+// is not ok adds a warning saying why.
+func verdict(h *Health, th Thresholds, now time.Time, warnings []string) (string, []string) {
+	status := HealthOK
+	worse := func(s, why string) {
+		warnings = append(warnings, s+": "+why)
+		if s == HealthUnhealthy || status == HealthOK {
+			status = s
+		}
+	}
+	if h.SuccessRate != nil {
+		r := *h.SuccessRate
+		switch {
+		case r < th.SuccessUnhealthy:
+			worse(HealthUnhealthy, fmt.Sprintf("success rate %.1f%% below %.0f%%", r*100, th.SuccessUnhealthy*100))
+		case r <= th.SuccessDegraded:
+			worse(HealthDegraded, fmt.Sprintf("success rate %.1f%% not above %.0f%%", r*100, th.SuccessDegraded*100))
+		}
+	}
+	switch {
+	case h.Backlog > th.BacklogUnhealthy:
+		worse(HealthUnhealthy, fmt.Sprintf("backlog %d above %d", h.Backlog, th.BacklogUnhealthy))
+	case h.Backlog >= th.BacklogDegraded:
+		worse(HealthDegraded, fmt.Sprintf("backlog %d at or above %d", h.Backlog, th.BacklogDegraded))
+	}
+	switch {
+	case h.BlockedRetry > th.BlockedUnhealthy:
+		worse(HealthUnhealthy, fmt.Sprintf("%d tasks blocked for retry, above %d", h.BlockedRetry, th.BlockedUnhealthy))
+	case h.BlockedRetry >= th.BlockedDegraded:
+		worse(HealthDegraded, fmt.Sprintf("%d tasks blocked for retry, at or above %d", h.BlockedRetry, th.BlockedDegraded))
+	}
+	if h.Failed24h >= th.FailedDegraded {
+		worse(HealthDegraded, fmt.Sprintf("%d runs failed or timed out in %s, at or above %d", h.Failed24h, th.Window, th.FailedDegraded))
+	}
+	switch {
+	case h.LastHeartbeat == nil:
+		worse(HealthUnhealthy, "no heartbeat ever recorded (run cq heartbeat from cron, or a worker)")
+	default:
+		age := now.Sub(ParseStoredTime(*h.LastHeartbeat))
+		if age >= th.HeartbeatMaxAge {
+			worse(HealthUnhealthy, fmt.Sprintf("last heartbeat %s ago, %s or more", age.Round(time.Second), th.HeartbeatMaxAge))
+		}
+	}
+	return status, warnings
+}

@@ -1,0 +1,235 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// TimeoutQueuedRuns ends runs that stayed queued (claimed, never started)
+// longer than their queue's start timeout: queued → timeout, transient
+// class. The lease is void: the worker's queued → running CAS will lose.
+func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n = 0
+		qs, err := allQueues(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			if q.StartTimeoutMS <= 0 {
+				continue
+			}
+			limit := time.Duration(q.StartTimeoutMS) * time.Millisecond
+			ids, err := queryIDs(ctx, tx, `SELECT id FROM runs WHERE state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`,
+				q.Name, FormatTime(now.Add(-limit)))
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				r, err := getRun(ctx, tx, id)
+				if err != nil {
+					return err
+				}
+				o := Outcome{State: RunTimeout, Class: ClassTransient, Error: "not started within " + limit.String()}
+				if _, err := endRun(ctx, tx, now, r, o, "start_timeout"); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// PromoteReady is the safety net behind the event-driven promotions: a
+// blocked task that nothing blocks any more (no hold, every dependency
+// done, no time to wait for) goes to todo.
+func (s *Store) PromoteReady(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n = 0
+		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
+			WHERE state = 'blocked' AND hold = 0 AND deps_left = 0 AND not_before IS NULL LIMIT 1000`)
+		if err != nil {
+			return err
+		}
+		ready, err := scanTasks(rows)
+		if err != nil {
+			return err
+		}
+		for _, t := range ready {
+			if err := casTask(ctx, tx, now, t, TaskTodo, "", "nothing blocks it",
+				`blocked_reason = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// CancelOrphans is the safety net behind the event-driven cascade: a task
+// still waiting on a dependency that ended failed or cancelled is
+// cancelled, with the reason.
+func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n = 0
+		rows, err := tx.QueryContext(ctx, `SELECT d.task_id, dep.id, dep.state FROM tasks dep
+			JOIN task_deps d ON d.dep_id = dep.id JOIN tasks t ON t.id = d.task_id
+			WHERE dep.state IN ('failed','cancelled') AND t.state IN ('inbox','todo','blocked') LIMIT 1000`)
+		if err != nil {
+			return err
+		}
+		type orphan struct{ id, dep, state string }
+		var list []orphan
+		for rows.Next() {
+			var o orphan
+			if err := rows.Scan(&o.id, &o.dep, &o.state); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, o)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, o := range list {
+			t, err := getTask(ctx, tx, o.id)
+			if err != nil {
+				return err
+			}
+			if TaskTerminal(t.State) || t.State == TaskDoing {
+				continue // cancelled meanwhile as another orphan's dependent
+			}
+			if err := cancelTask(ctx, tx, now, t, "dependency "+o.dep+" "+o.state); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// WarnWaiting records one task.waiting event for each task that has waited
+// in todo longer than its queue's warn-after, once per entry into todo
+// (seed 004: warn, never cancel).
+func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
+	n := 0
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n = 0
+		qs, err := allQueues(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			if q.WarnAfterMS <= 0 {
+				continue
+			}
+			limit := time.Duration(q.WarnAfterMS) * time.Millisecond
+			ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = ? AND warned = 0 AND todo_at < ? LIMIT 1000`,
+				q.Name, FormatTime(now.Add(-limit)))
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				res, err := tx.ExecContext(ctx, `UPDATE tasks SET warned = 1 WHERE id = ? AND state = 'todo' AND warned = 0`, id)
+				if err != nil {
+					return err
+				}
+				if k, _ := res.RowsAffected(); k != 1 {
+					continue
+				}
+				if err := addEvent(ctx, tx, now, event{Kind: "task.waiting", TaskID: id, From: TaskTodo, To: TaskTodo,
+					Reason: "waiting in todo longer than " + limit.String(),
+					Data:   map[string]any{"queue": q.Name, "warn_after": limit.String()}}); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// SetSystemState records key/value pairs in system_state (seed 001).
+func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error {
+	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		for k, v := range kv {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
+				ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, k, v, FormatTime(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SystemState reads one system_state value; ok is false if it was never
+// set.
+func (s *Store) SystemState(ctx context.Context, key string) (string, bool, error) {
+	var v string
+	err := s.DB.SQL.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return v, err == nil, err
+}
+
+func allQueues(ctx context.Context, q querier) ([]*queueRow, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+queueCols+` FROM queues ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*queueRow
+	for rows.Next() {
+		r, err := scanQueue(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+func scanTasks(rows *sql.Rows) ([]*taskRow, error) {
+	defer rows.Close()
+	var out []*taskRow
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
