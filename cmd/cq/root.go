@@ -61,6 +61,7 @@ retries them with backoff, keeps their logs and reports health.`,
 		newWorkerCmd(app),
 		newWaitCmd(app),
 		newLogsCmd(app),
+		newHealthCmd(app),
 	)
 	for _, c := range append(root.Commands(), task.Commands()...) {
 		c.SilenceUsage, c.SilenceErrors = true, true

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of cq health (the Nagios convention).
+const (
+	healthOK         = 0
+	healthDegraded   = 1
+	healthUnhealthy  = 2
+	healthUnreadable = 3
+)
+
+func newHealthCmd(app *App) *cobra.Command {
+	th := queue.DefaultThresholds()
+	var heartbeatAge, window string
+	cmd := &cobra.Command{
+		Use:   "health",
+		Short: "Report the verdict and metrics (-o json, -o prometheus)",
+		Long: `Exit codes: 0 ok, 1 degraded, 2 unhealthy, 3 the store cannot be read.
+With -o prometheus it exits 0 whenever it could write the metrics, so a
+cron line writing a textfile-collector file never leaves it stale.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if th.HeartbeatMaxAge, err = queue.ParseDuration(heartbeatAge); err != nil {
+				return usageErr("--heartbeat-max-age: %v", err)
+			}
+			if th.Window, err = queue.ParseDuration(window); err != nil || th.Window <= 0 {
+				return usageErr("--window: want a positive duration")
+			}
+			if th.SuccessUnhealthy > th.SuccessDegraded || th.BacklogDegraded > th.BacklogUnhealthy || th.BlockedDegraded > th.BlockedUnhealthy {
+				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
+			}
+			st, err := app.Store(cmd.Context())
+			if err != nil {
+				return &exitErr{code: healthUnreadable, msg: err.Error()}
+			}
+			h, err := st.Health(cmd.Context(), th)
+			if err != nil {
+				return &exitErr{code: healthUnreadable, msg: "cannot read the store: " + err.Error()}
+			}
+			switch app.format() {
+			case "prometheus":
+				if err := writePrometheus(app.Stdout, h); err != nil {
+					return &exitErr{code: healthUnreadable, msg: err.Error()}
+				}
+				return nil
+			case "json", "jsonl":
+				if app.format() == "json" {
+					err = writeJSON(app.Stdout, h)
+				} else {
+					err = writeJSONLine(app.Stdout, h)
+				}
+			default:
+				err = app.printHealth(h)
+			}
+			if err != nil {
+				return err
+			}
+			switch h.Status {
+			case queue.HealthDegraded:
+				return silentExit(healthDegraded)
+			case queue.HealthUnhealthy:
+				return silentExit(healthUnhealthy)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&th.SuccessDegraded, "success-degraded", th.SuccessDegraded, "success rate at or below this is degraded")
+	f.Float64Var(&th.SuccessUnhealthy, "success-unhealthy", th.SuccessUnhealthy, "success rate below this is unhealthy")
+	f.IntVar(&th.BacklogDegraded, "backlog-degraded", th.BacklogDegraded, "backlog at or above this is degraded")
+	f.IntVar(&th.BacklogUnhealthy, "backlog-unhealthy", th.BacklogUnhealthy, "backlog above this is unhealthy")
+	f.IntVar(&th.BlockedDegraded, "blocked-degraded", th.BlockedDegraded, "tasks blocked for retry at or above this is degraded")
+	f.IntVar(&th.BlockedUnhealthy, "blocked-unhealthy", th.BlockedUnhealthy, "tasks blocked for retry above this is unhealthy")
+	f.IntVar(&th.FailedDegraded, "failed-degraded", th.FailedDegraded, "failed or timed-out runs in the window at or above this is degraded")
+	f.StringVar(&heartbeatAge, "heartbeat-max-age", "5m", "a last heartbeat this old or older is unhealthy")
+	f.StringVar(&window, "window", "24h", "the window for run figures")
+	return cmd
+}
+
+func (a *App) printHealth(h *queue.Health) error {
+	opt := func(f *float64, format string) string {
+		if f == nil {
+			return "-"
+		}
+		return fmt.Sprintf(format, *f)
+	}
+	hb := "never"
+	if h.LastHeartbeat != nil {
+		hb = *h.LastHeartbeat
+	}
+	rows := [][]string{
+		{"status", h.Status},
+		{"success_rate", opt(h.SuccessRate, "%.3f")},
+		{"backlog", strconv.Itoa(h.Backlog)},
+		{"blocked_retry", strconv.Itoa(h.BlockedRetry)},
+		{"failed_24h", strconv.Itoa(h.Failed24h)},
+		{"avg_duration_seconds", opt(h.AvgDurationSeconds, "%.3f")},
+		{"last_heartbeat", hb},
+	}
+	for _, st := range queue.TaskStates {
+		rows = append(rows, []string{"tasks." + st, strconv.Itoa(h.States[st])})
+	}
+	for _, name := range sortedKeys(h.Queues) {
+		q := h.Queues[name]
+		rows = append(rows, []string{"queue." + name, fmt.Sprintf("backlog=%d running=%d paused=%t concurrency=%d", q.Backlog, q.Running, q.Paused, q.Concurrency)})
+	}
+	if h.OldestWaiting != nil {
+		rows = append(rows, []string{"oldest_waiting", fmt.Sprintf("%s (%s, %.0fs)", h.OldestWaiting.ID, h.OldestWaiting.Queue, h.OldestWaiting.Seconds)})
+	}
+	for _, w := range h.Warnings {
+		rows = append(rows, []string{"warning", w})
+	}
+	return a.writeTable([]string{"METRIC", "VALUE"}, rows)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// writePrometheus writes the health figures in the Prometheus text
+// exposition format, through the Prometheus client library, for
+// node_exporter's textfile collector.
+func writePrometheus(w io.Writer, h *queue.Health) error {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		reg.MustRegister(g)
+		return g
+	}
+	vec := func(name, help, label string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
+		reg.MustRegister(g)
+		return g
+	}
+	tasks := vec("cq_tasks", "Tasks by state.", "state")
+	for st, n := range h.States {
+		tasks.WithLabelValues(st).Set(float64(n))
+	}
+	backlog := vec("cq_queue_backlog", "Tasks in todo, by queue.", "queue")
+	running := vec("cq_queue_running", "Live runs (queued, running, cancelling), by queue.", "queue")
+	paused := vec("cq_queue_paused", "1 if the queue is paused.", "queue")
+	for name, q := range h.Queues {
+		backlog.WithLabelValues(name).Set(float64(q.Backlog))
+		running.WithLabelValues(name).Set(float64(q.Running))
+		p := 0.0
+		if q.Paused {
+			p = 1
+		}
+		paused.WithLabelValues(name).Set(p)
+	}
+	finished := vec("cq_runs_finished", "Runs that ended within the health window ("+h.Window+"), by state.", "state")
+	for st, n := range h.RunsFinished {
+		finished.WithLabelValues(st).Set(float64(n))
+	}
+	if h.SuccessRate != nil {
+		gauge("cq_success_ratio", "Succeeded / (succeeded + failed + timeout) runs within the window.").Set(*h.SuccessRate)
+	}
+	if h.AvgDurationSeconds != nil {
+		gauge("cq_run_duration_seconds", "Average run duration within the window.").Set(*h.AvgDurationSeconds)
+	}
+	gauge("cq_backlog", "Tasks in todo in queues that are not paused.").Set(float64(h.Backlog))
+	gauge("cq_blocked_retry", "Tasks blocked waiting for a retry.").Set(float64(h.BlockedRetry))
+	hb := 0.0
+	if h.LastHeartbeat != nil {
+		hb = float64(queue.ParseStoredTime(*h.LastHeartbeat).UnixMilli()) / 1000
+	}
+	gauge("cq_last_heartbeat_timestamp_seconds", "Unix time of the last maintenance pass (0: never).").Set(hb)
+	status := map[string]float64{queue.HealthOK: 0, queue.HealthDegraded: 1, queue.HealthUnhealthy: 2}[h.Status]
+	gauge("cq_health_status", "Health verdict: 0 ok, 1 degraded, 2 unhealthy.").Set(status)
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
