@@ -128,3 +128,8 @@ func (a *App) now() time.Time {
 	}
 	return time.Now()
 }
+
+func (a *App) stderrIsTerminal() bool {
+	f, ok := a.Stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

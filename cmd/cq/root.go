@@ -62,6 +62,7 @@ retries them with backoff, keeps their logs and reports health.`,
 		newWaitCmd(app),
 		newLogsCmd(app),
 		newHealthCmd(app),
+		newCleanupCmd(app),
 	)
 	for _, c := range append(root.Commands(), task.Commands()...) {
 		c.SilenceUsage, c.SilenceErrors = true, true

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/spf13/cobra"
+)
+
+func newCleanupCmd(app *App) *cobra.Command {
+	var done, cancelled, failed string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Delete finished tasks past retention, with their runs, events and logs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := queue.DefaultRetention()
+			for _, d := range []struct {
+				name, val string
+				dst       *int64
+			}{{"done", done, (*int64)(&r.Done)}, {"cancelled", cancelled, (*int64)(&r.Cancelled)}, {"failed", failed, (*int64)(&r.Failed)}} {
+				v, err := queue.ParseDuration(d.val)
+				if err != nil {
+					return usageErr("--%s: %v", d.name, err)
+				}
+				if v < 0 {
+					return usageErr("--%s must not be negative", d.name)
+				}
+				*d.dst = int64(v)
+			}
+			ctx := cmd.Context()
+			st, err := app.Store(ctx)
+			if err != nil {
+				return err
+			}
+			var counts map[string]int
+			if dryRun {
+				counts, err = st.ExpiredCounts(ctx, r)
+			} else {
+				home, _ := app.Home()
+				opt := heartbeat.CleanupOptions{Retention: r, Home: home}
+				if app.stderrIsTerminal() {
+					opt.Progress = func(c map[string]int) {
+						fmt.Fprintf(app.Stderr, "\rcleanup: %d done, %d cancelled, %d failed deleted", c[queue.TaskDone], c[queue.TaskCancelled], c[queue.TaskFailed])
+					}
+				}
+				counts, err = heartbeat.Cleanup(ctx, st, opt)
+				if opt.Progress != nil && counts[queue.TaskDone]+counts[queue.TaskCancelled]+counts[queue.TaskFailed] > 0 {
+					fmt.Fprintln(app.Stderr)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			switch app.format() {
+			case "json", "jsonl":
+				return writeJSONLine(app.Stdout, map[string]any{"dry_run": dryRun, "counts": counts})
+			}
+			rows := [][]string{}
+			for _, s := range queue.CleanupStates {
+				rows = append(rows, []string{s, strconv.Itoa(counts[s])})
+			}
+			return app.writeTable([]string{"STATE", map[bool]string{true: "WOULD_DELETE", false: "DELETED"}[dryRun]}, rows)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&done, "done", "30d", "keep done tasks this long after they finished")
+	f.StringVar(&cancelled, "cancelled", "7d", "keep cancelled tasks this long")
+	f.StringVar(&failed, "failed", "14d", "keep failed tasks this long")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted; delete nothing")
+	return cmd
+}

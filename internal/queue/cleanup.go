@@ -1,0 +1,111 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+)
+
+// Retention says how long terminal tasks are kept, by finish time.
+type Retention struct {
+	Done, Cancelled, Failed time.Duration
+}
+
+// DefaultRetention is SPEC section 8's: done 30 days, cancelled 7, failed 14.
+func DefaultRetention() Retention {
+	return Retention{Done: 30 * 24 * time.Hour, Cancelled: 7 * 24 * time.Hour, Failed: 14 * 24 * time.Hour}
+}
+
+func (r Retention) of(state string) time.Duration {
+	switch state {
+	case TaskDone:
+		return r.Done
+	case TaskCancelled:
+		return r.Cancelled
+	}
+	return r.Failed
+}
+
+// CleanupStates are the states cleanup removes, in the order it reports them.
+var CleanupStates = []string{TaskDone, TaskCancelled, TaskFailed}
+
+// ExpiredCounts counts, per terminal state, the tasks past retention.
+func (s *Store) ExpiredCounts(ctx context.Context, r Retention) (map[string]int, error) {
+	now := s.now()
+	out := map[string]int{}
+	for _, st := range CleanupStates {
+		var n int
+		if err := s.DB.SQL.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ?`,
+			st, FormatTime(now.Add(-r.of(st)))).Scan(&n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, nil
+}
+
+// DeleteExpired deletes up to limit tasks in state past their retention,
+// with their runs, dependency edges and events, in one short transaction.
+// It returns the deleted tasks' run ids, so the caller can remove their
+// folders, and how many tasks it deleted (0: nothing left).
+func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, limit int) (int, []string, error) {
+	var n int
+	var runIDs []string
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		n, runIDs = 0, runIDs[:0]
+		ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?`,
+			state, FormatTime(now.Add(-r.of(state))), limit)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		in := `(` + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + `)`
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		if runIDs, err = queryIDs(ctx, tx, `SELECT id FROM runs WHERE task_id IN `+in, args...); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE task_id IN `+in, args...); err != nil {
+			return err
+		}
+		// The state is checked again: a task retried meanwhile is kept.
+		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE state = ? AND id IN `+in, append([]any{state}, args...)...)
+		if err != nil {
+			return err
+		}
+		k, _ := res.RowsAffected()
+		n = int(k)
+		return nil
+	})
+	return n, runIDs, err
+}
+
+// IncrementalVacuum gives up to pages free pages back to the file system.
+func (s *Store) IncrementalVacuum(ctx context.Context, pages int) (int, error) {
+	var before, after int
+	if err := s.DB.SQL.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&before); err != nil {
+		return 0, err
+	}
+	if before == 0 {
+		return 0, nil
+	}
+	err := s.write(ctx, func(tx *sql.Tx, _ time.Time) error {
+		rows, err := tx.QueryContext(ctx, `PRAGMA incremental_vacuum(`+itoa(pages)+`)`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := s.DB.SQL.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&after); err != nil {
+		return 0, err
+	}
+	return before - after, nil
+}
