@@ -4,10 +4,16 @@ package scripts
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -109,5 +115,202 @@ func TestHandlers(t *testing.T) {
 	// A missing handler fails the run and is not retried.
 	if st := cq("show", missing, "-o", "json"); !strings.Contains(st, `"state": "failed"`) || !strings.Contains(st, "missing handler") {
 		t.Fatalf("task with a missing handler: %s", st)
+	}
+}
+
+// cqAt runs the built cq with a home and returns its stdout.
+func cqAt(t *testing.T, home string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(cqBin, args...)
+	cmd.Env = append(os.Environ(), "CQ_HOME="+home)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("cq %v: %v", args, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestEventsToWebhook(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []int64
+	fail := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev struct{ Seq int64 }
+		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "bad event", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		got = append(got, ev.Seq)
+	}))
+	defer srv.Close()
+	home := filepath.Join(t.TempDir(), "home")
+	seqFile := filepath.Join(t.TempDir(), "seq")
+	for i := 0; i < 3; i++ {
+		cqAt(t, home, "enqueue", "--", "true")
+	}
+	runSync := func() error {
+		cmd := exec.Command("./events-to-webhook.sh", srv.URL, seqFile)
+		cmd.Env = append(os.Environ(), "CQ_HOME="+home, "CQ="+cqBin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := runSync(); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{1, 2, 3, 4, 5, 6} // created + todo for each task
+	mu.Lock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	mu.Unlock()
+	// Nothing new: nothing sent again.
+	if err := runSync(); err != nil {
+		t.Fatal(err)
+	}
+	// The webhook is down: the script fails and does not advance.
+	cqAt(t, home, "enqueue", "--", "true")
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	if err := runSync(); err == nil {
+		t.Fatal("sync succeeded with the webhook down")
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if err := runSync(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(append(want, 7, 8)) {
+		t.Fatalf("after an outage delivered %v, want each event once, in order", got)
+	}
+	if b, _ := os.ReadFile(seqFile); strings.TrimSpace(string(b)) != "8" {
+		t.Fatalf("seq file = %q, want 8", b)
+	}
+}
+
+// cronCommands returns the commands of the crontab's job lines.
+func cronCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("crontab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || strings.HasPrefix(line, "#") || strings.Contains(f[0], "=") {
+			continue
+		}
+		cmds = append(cmds, strings.Join(f[5:], " "))
+	}
+	return cmds
+}
+
+func TestCrontab(t *testing.T) {
+	t.Parallel()
+	home := filepath.Join(t.TempDir(), "home")
+	textfiles := t.TempDir()
+	id := cqAt(t, home, "enqueue", "--", "true")
+	cqAt(t, home, "worker", "--once")
+	cmds := cronCommands(t)
+	if len(cmds) != 3 {
+		t.Fatalf("crontab has %d jobs, want heartbeat, cleanup and health: %q", len(cmds), cmds)
+	}
+	for _, c := range cmds {
+		c = strings.ReplaceAll(c, "/usr/local/bin/cq", cqBin)
+		c = strings.ReplaceAll(c, "/var/lib/node_exporter/textfile", textfiles)
+		// Retention 0 so that the cleanup job has something to do.
+		c = strings.Replace(c, cqBin+" cleanup", cqBin+" cleanup --done 0s", 1)
+		cmd := exec.Command("/bin/sh", "-c", c)
+		cmd.Env = append(os.Environ(), "CQ_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil || len(out) > 0 {
+			t.Fatalf("cron job %q: %v, printed %q (cron would mail it)", c, err, out)
+		}
+	}
+	prom, err := os.ReadFile(filepath.Join(textfiles, "cq.prom"))
+	if err != nil || !strings.Contains(string(prom), "cq_health_status") || !strings.Contains(string(prom), "cq_last_heartbeat_timestamp_seconds 1") {
+		t.Fatalf("textfile = %q, %v", prom, err)
+	}
+	if out := cqAt(t, home, "ls", "-q", "--limit", "0"); strings.Contains(out, id) {
+		t.Fatalf("cleanup job left done task %s", id)
+	}
+}
+
+func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("cq-worker.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			unit[k] = v
+		}
+	}
+	if unit["KillMode"] != "mixed" {
+		t.Fatalf("KillMode = %q, want mixed (SIGTERM to the worker only)", unit["KillMode"])
+	}
+	argv := strings.Fields(unit["ExecStart"])
+	grace := 10 * time.Second
+	for i, a := range argv {
+		if a == "--grace" && i+1 < len(argv) {
+			if grace, err = time.ParseDuration(argv[i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop, err := time.ParseDuration(unit["TimeoutStopSec"] + "s")
+	if err != nil || stop <= grace+3*time.Second {
+		t.Fatalf("TimeoutStopSec %v must exceed --grace %v + 3s", stop, grace)
+	}
+	// Run the unit's command as systemd would and stop it the same way: a
+	// task still running at the end of a (shortened) grace is released.
+	home := filepath.Join(t.TempDir(), "home")
+	id := cqAt(t, home, "enqueue", "--", "sleep", "60")
+	argv[0] = cqBin
+	for i, a := range argv {
+		if a == "--grace" {
+			argv[i+1] = "1s"
+		}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "CQ_HOME="+home)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(cqAt(t, home, "show", id, "-o", "json"), `"state": "doing"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never started the task")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker exit after SIGTERM: %v, want 0", err)
+	}
+	if took := time.Since(start); took > 1*time.Second+3*time.Second+2*time.Second {
+		t.Fatalf("stop took %v, want within --grace + 3s", took)
+	}
+	if out := cqAt(t, home, "show", id, "-o", "json"); !strings.Contains(out, `"state": "todo"`) || !strings.Contains(out, `"reason": "released"`) {
+		t.Fatalf("task after stop: %s", out)
 	}
 }

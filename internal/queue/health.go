@@ -202,14 +202,10 @@ func verdict(h *Health, th Thresholds, now time.Time, warnings []string) (string
 	if h.Failed24h >= th.FailedDegraded {
 		worse(HealthDegraded, fmt.Sprintf("%d runs failed or timed out in %s, at or above %d", h.Failed24h, th.Window, th.FailedDegraded))
 	}
-	switch {
-	case h.LastHeartbeat == nil:
+	if h.LastHeartbeat == nil {
 		worse(HealthUnhealthy, "no heartbeat ever recorded (run cq heartbeat from cron, or a worker)")
-	default:
-		age := now.Sub(ParseStoredTime(*h.LastHeartbeat))
-		if age >= th.HeartbeatMaxAge {
-			worse(HealthUnhealthy, fmt.Sprintf("last heartbeat %s ago, %s or more", age.Round(time.Second), th.HeartbeatMaxAge))
-		}
+	} else if age := now.Sub(ParseStoredTime(*h.LastHeartbeat)); age >= th.HeartbeatMaxAge {
+		worse(HealthUnhealthy, fmt.Sprintf("last heartbeat %s ago, %s or more", age.Round(time.Second), th.HeartbeatMaxAge))
 	}
 	return status, warnings
 }
