@@ -4,11 +4,24 @@ package main
 
 import (
 	"os"
+	"runtime/pprof"
 
 	"github.com/cq-dev/cq/internal/worker"
 )
 
 func main() {
+	// CQ_CPUPROFILE=FILE writes a CPU profile of this command, for
+	// profiling the hot paths (make bench, issue reports).
+	if path := os.Getenv("CQ_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				code := run(os.Args[1:])
+				pprof.StopCPUProfile()
+				f.Close()
+				os.Exit(code)
+			}
+		}
+	}
 	os.Exit(run(os.Args[1:]))
 }
 

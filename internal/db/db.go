@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	cq "github.com/cq-dev/cq"
 	"github.com/mattn/go-sqlite3"
@@ -23,6 +25,9 @@ import (
 // ErrFutureSchema means the database was written by a newer cq; it is
 // refused and left untouched.
 var ErrFutureSchema = errors.New("database schema is newer than this cq")
+
+// busyTimeout is how long a statement waits for another process's lock.
+const busyTimeout = 30 * time.Second
 
 // ErrUnsupported means the URL names a backend this build cannot use yet.
 var ErrUnsupported = errors.New("unsupported database")
@@ -92,7 +97,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, err
 	}
 	q := url.Values{}
-	q.Set("_busy_timeout", "30000")
+	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout/time.Millisecond)))
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_txlock", "immediate")
@@ -176,22 +181,44 @@ func (d *DB) checkVersion(ctx context.Context) error {
 }
 
 // walMode switches the database to WAL, once: the mode is stored in the
-// file, so later connections find it set and this is a read.
+// file, so later connections find it set and this is a read. The switch
+// needs an exclusive lock, and SQLite answers busy at once (without its
+// busy handler, to avoid a deadlock) when another process opening the same
+// new database holds a shared one; so it is retried here.
 func (d *DB) walMode(ctx context.Context) error {
-	var mode string
-	if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("read journal mode: %w", err)
+	deadline := time.Now().Add(busyTimeout)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		var mode string
+		if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil && !isBusy(err) {
+			return fmt.Errorf("read journal mode: %w", err)
+		} else if err == nil && strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && strings.EqualFold(mode, "wal"):
+			return nil
+		case err != nil && !isBusy(err):
+			return fmt.Errorf("set WAL mode: %w", err)
+		case time.Now().After(deadline):
+			if err == nil {
+				return fmt.Errorf("cannot switch %s to WAL mode (it stays %s)", d.Path, mode)
+			}
+			return fmt.Errorf("set WAL mode: %w", wrapBusy(err))
+		}
+		// Busy, or the mode did not change because another connection
+		// held a lock: wait a little, with jitter, and try again.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay + time.Duration(rand.Int64N(int64(delay)))):
+		}
 	}
-	if strings.EqualFold(mode, "wal") {
-		return nil
-	}
-	if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("set WAL mode: %w", wrapBusy(err))
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("cannot switch %s to WAL mode (got %s)", d.Path, mode)
-	}
-	return nil
+}
+
+func isBusy(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
 }
 
 func (d *DB) migrate(ctx context.Context) error {
