@@ -15,7 +15,7 @@ cq=${CQ:-cq}
 out=$(mktemp -d)
 
 if [ "${CQ_PIPELINE_WORKER:-0}" = 1 ]; then
-	"$cq" worker --concurrency 4 2>"$out/worker.log" &
+	"$cq" worker --concurrency 4 >/dev/null 2>"$out/worker.log" &
 	worker=$!
 	trap 'kill -TERM $worker 2>/dev/null; wait $worker 2>/dev/null || true' EXIT
 fi

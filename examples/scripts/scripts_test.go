@@ -45,6 +45,9 @@ func script(t *testing.T, env []string, name string, args ...string) (string, er
 	cmd.Env = append(os.Environ(), "CQ_HOME="+filepath.Join(t.TempDir(), "home"), "CQ="+cqBin,
 		"PATH="+filepath.Dir(cqBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, env...)
+	// A background process the script left behind must not hold the test
+	// hostage through the output pipe.
+	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
