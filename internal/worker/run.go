@@ -259,6 +259,13 @@ func (w *Worker) finish(ctx context.Context, r *run) {
 	// Whatever the leader left behind in its group goes with it.
 	signalGroup(r.pgid, syscall.SIGKILL)
 	w.sup.del(r.pgid)
+	// The task writes its output itself, so a write that failed for lack
+	// of space is seen here, after the fact, by the file system being full.
+	outputErr := ""
+	var fs syscall.Statfs_t
+	if err := syscall.Fstatfs(int(r.stdout.Fd()), &fs); err == nil && fs.Bavail == 0 {
+		outputErr = "output may be incomplete: no space left on the device holding the run's logs"
+	}
 	r.stdout.Close()
 	r.stderr.Close()
 	w.mu.Lock()
@@ -297,6 +304,9 @@ func (w *Worker) finish(ctx context.Context, r *run) {
 	case killRelease:
 		w.release(ctx, r)
 		return
+	}
+	if outputErr != "" && o.Error == "" {
+		o.Error = outputErr
 	}
 	w.record(ctx, r, o)
 }
