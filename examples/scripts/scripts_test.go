@@ -163,7 +163,7 @@ func TestEventsToWebhook(t *testing.T) {
 		cmd.Env = append(os.Environ(), "CQ_HOME="+home, "CQ="+cqBin)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
+			return fmt.Errorf("%w: %s", err, out)
 		}
 		return nil
 	}

@@ -4,12 +4,10 @@
 package heartbeat
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"strconv"
-	"syscall"
 
+	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 )
 
@@ -55,12 +53,26 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	}
 	r.Reaped = len(reaped)
 	for _, rp := range reaped {
-		if rp.Host != "" && rp.Host == opt.Host && KillRunGroup(rp.Pgid, rp.RunID) {
-			r.Killed++
+		if rp.Host != "" && rp.Host == opt.Host {
+			// The group first (guarded against pid reuse), then anything of
+			// the run that left its group.
+			if procs.KillGroup(rp.Pgid, rp.RunID) || procs.KillRuns([]string{rp.RunID}) > 0 {
+				r.Killed++
+			}
+		}
+		if opt.Home != "" {
+			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
 		}
 	}
-	if r.StartTimeout, err = st.TimeoutQueuedRuns(ctx); err != nil {
+	timedOut, err := st.TimeoutQueuedRunList(ctx)
+	if err != nil {
 		return r, err
+	}
+	r.StartTimeout = len(timedOut)
+	for _, rp := range timedOut {
+		if opt.Home != "" {
+			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
+		}
 	}
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
 		return r, err
@@ -88,55 +100,6 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	return r, err
 }
 
-// KillRunGroup SIGKILLs the process group pgid if a member of it still
-// belongs to run runID: its environment must hold CQ_RUN_ID=runID, so a
-// recycled pid or group id is never killed by mistake. Members other than
-// the leader count, since a pipeline's leader may be gone while its
-// grandchildren live on. It reports whether it sent the signal.
-func KillRunGroup(pgid int, runID string) bool {
-	if pgid <= 1 || runID == "" {
-		return false
-	}
-	want := []byte("CQ_RUN_ID=" + runID)
-	for _, pid := range groupMembers(pgid) {
-		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if bytes.Equal(kv, want) {
-				return syscall.Kill(-pgid, syscall.SIGKILL) == nil
-			}
-		}
-	}
-	return false
-}
-
-// groupMembers lists the pids whose process group is pgid, leader first.
-func groupMembers(pgid int) []int {
-	members := []int{pgid}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return members
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pgid {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command name, which is in parentheses and may
-		// hold anything: state ppid pgrp …
-		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
-		f := bytes.Fields(rest)
-		if len(f) > 2 {
-			if g, err := strconv.Atoi(string(f[2])); err == nil && g == pgid {
-				members = append(members, pid)
-			}
-		}
-	}
-	return members
-}
+// KillRunGroup SIGKILLs run runID's process group pgid, guarded against
+// pid reuse (see procs.KillGroup).
+func KillRunGroup(pgid int, runID string) bool { return procs.KillGroup(pgid, runID) }

@@ -12,9 +12,15 @@ import (
 // longer than their queue's start timeout: queued → timeout, transient
 // class. The lease is void: the worker's queued → running CAS will lose.
 func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
-	n := 0
+	r, err := s.TimeoutQueuedRunList(ctx)
+	return len(r), err
+}
+
+// TimeoutQueuedRunList is TimeoutQueuedRuns returning the runs it ended.
+func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
+	var out []Reaped
 	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
-		n = 0
+		out = out[:0]
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
 			return err
@@ -38,12 +44,12 @@ func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
 				if _, err := endRun(ctx, tx, now, r, o, "start_timeout"); err != nil {
 					return err
 				}
-				n++
+				out = append(out, Reaped{RunID: r.ID, TaskID: r.TaskID, From: RunQueued, To: RunTimeout, Host: r.Host, Pgid: r.Pgid})
 			}
 		}
 		return nil
 	})
-	return n, err
+	return out, err
 }
 
 // PromoteReady is the safety net behind the event-driven promotions: a

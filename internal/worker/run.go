@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +14,10 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
+	"golang.org/x/sys/unix"
 )
 
 // Why a worker killed a run's process group.
@@ -39,6 +41,7 @@ type run struct {
 	mu        sync.Mutex
 	killWhy   string
 	lost      bool
+	overdue   bool
 	lastRenew time.Time
 	stdout    *os.File
 	stderr    *os.File
@@ -46,7 +49,7 @@ type run struct {
 
 func (r *run) renewed(t time.Time) {
 	r.mu.Lock()
-	r.lastRenew = t
+	r.lastRenew, r.overdue = t, false
 	r.mu.Unlock()
 }
 
@@ -68,6 +71,18 @@ func (r *run) markLost() bool {
 	return true
 }
 
+// warnOverdue reports whether an overdue renewal should be logged: once
+// per overdue spell.
+func (r *run) warnOverdue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.overdue {
+		return false
+	}
+	r.overdue = true
+	return true
+}
+
 func (r *run) isLost() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,6 +99,10 @@ func (r *run) why() string {
 // once for a lost lease). The first reason wins; it reports whether this
 // call started the kill.
 func (r *run) kill(why string, grace time.Duration) bool {
+	if why != killLost && r.exited() {
+		// It ended on its own before the kill: its own outcome stands.
+		return false
+	}
 	r.mu.Lock()
 	first := r.killWhy == ""
 	if first || why == killLost {
@@ -101,6 +120,21 @@ func (r *run) kill(why string, grace time.Duration) bool {
 	pgid := r.pgid
 	time.AfterFunc(grace, func() { signalGroup(pgid, syscall.SIGKILL) })
 	return true
+}
+
+// exited reports, without reaping it, whether the run's process has
+// already ended (or been reaped by its waiting goroutine).
+func (r *run) exited() bool {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return false
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, r.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err != nil {
+		return errors.Is(err, unix.ECHILD)
+	}
+	// Linux zeroes info when no child is waitable; SIGCHLD marks one that is.
+	return info.Signo == int32(unix.SIGCHLD)
 }
 
 var handlerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -198,13 +232,13 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 	}
 	r.cmd, r.pgid, r.started = cmd, cmd.Process.Pid, time.Now()
 	r.renewed(time.Now())
-	w.sup.add(r.pgid)
+	w.sup.add(r.pgid, c.RunID)
 	if err := w.st.StartRun(ctx, c.RunID, c.Token, cmd.Process.Pid, r.pgid); err != nil {
 		// Cancelled or taken over meanwhile: the run is not ours to run.
 		log.Warn("run.start_refused", "error", err.Error())
 		signalGroup(r.pgid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		w.sup.del(r.pgid)
+		w.sup.del(r.pgid, c.RunID)
 		closeFiles()
 		return
 	}
@@ -256,9 +290,13 @@ func (w *Worker) finish(ctx context.Context, r *run) {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	// Whatever the leader left behind in its group goes with it.
+	// Whatever the leader left behind in its group goes with it; a run
+	// that was killed also loses what escaped its group (setsid).
 	signalGroup(r.pgid, syscall.SIGKILL)
-	w.sup.del(r.pgid)
+	if r.why() != "" {
+		procs.KillRuns([]string{r.c.RunID})
+	}
+	w.sup.del(r.pgid, r.c.RunID)
 	// The task writes its output itself, so a write that failed for lack
 	// of space is seen here, after the fact, by the file system being full.
 	outputErr := ""
@@ -357,31 +395,9 @@ func (w *Worker) release(ctx context.Context, r *run) {
 	w.summary(ctx, r)
 }
 
-// summary writes runs/<run_id>/summary.json: the run as cq show prints it,
-// plus task_id and duration_seconds.
+// summary writes runs/<run_id>/summary.json.
 func (w *Worker) summary(ctx context.Context, r *run) {
-	runs, err := w.st.Runs(context.WithoutCancel(ctx), r.c.TaskID)
-	if err != nil {
-		return
-	}
-	for _, x := range runs {
-		if x.ID != r.c.RunID {
-			continue
-		}
-		out := struct {
-			queue.Run
-			DurationSeconds *float64 `json:"duration_seconds"`
-		}{Run: x}
-		if x.StartedAt != nil && x.EndedAt != nil {
-			d := queue.ParseStoredTime(*x.EndedAt).Sub(queue.ParseStoredTime(*x.StartedAt)).Seconds()
-			out.DurationSeconds = &d
-		}
-		b, err := json.MarshalIndent(out, "", "  ")
-		if err == nil {
-			_ = os.MkdirAll(r.dir, 0o700)
-			_ = writePrivate(filepath.Join(r.dir, "summary.json"), append(b, '\n'))
-		}
-	}
+	heartbeat.WriteSummary(ctx, w.st, w.opt.Home, r.c.TaskID, r.c.RunID)
 }
 
 func intp(n int) *int { return &n }

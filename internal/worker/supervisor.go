@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/cq-dev/cq/internal/procs"
 )
 
 // SupervisorArg is the hidden subcommand that runs the supervisor.
@@ -48,20 +51,20 @@ func startSupervisor(exe string) (*supervisor, error) {
 	return &supervisor{w: w, cmd: cmd}, nil
 }
 
-func (s *supervisor) send(op byte, pgid int) {
+func (s *supervisor) send(op byte, pgid int, runID string) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write([]byte(string(op) + strconv.Itoa(pgid) + "\n"))
+	_, _ = s.w.Write([]byte(string(op) + strconv.Itoa(pgid) + " " + runID + "\n"))
 }
 
-// add records a process group to kill if the worker dies.
-func (s *supervisor) add(pgid int) { s.send('+', pgid) }
+// add records a run's process group to kill if the worker dies.
+func (s *supervisor) add(pgid int, runID string) { s.send('+', pgid, runID) }
 
-// del forgets a process group whose run has ended.
-func (s *supervisor) del(pgid int) { s.send('-', pgid) }
+// del forgets a run whose process group has ended.
+func (s *supervisor) del(pgid int, runID string) { s.send('-', pgid, runID) }
 
 // close ends the helper after a clean stop: every group was deleted, so it
 // kills nothing.
@@ -75,30 +78,38 @@ func (s *supervisor) close() {
 	_ = s.cmd.Wait()
 }
 
-// RunSupervisor is the helper's main: it reads "+PGID"/"-PGID" lines until
-// its stdin ends, then SIGKILLs every group still recorded.
+// RunSupervisor is the helper's main: it reads "+PGID RUNID" and
+// "-PGID RUNID" lines until its stdin ends, then SIGKILLs every group
+// still recorded, and every process that left its group but still
+// carries one of those runs' CQ_RUN_ID.
 func RunSupervisor(in io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
-	groups := map[int]bool{}
+	runs := map[int]string{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		line := sc.Text()
 		if len(line) < 2 {
 			continue
 		}
-		pgid, err := strconv.Atoi(line[1:])
+		num, runID, _ := strings.Cut(line[1:], " ")
+		pgid, err := strconv.Atoi(num)
 		if err != nil || pgid <= 1 {
 			continue
 		}
 		switch line[0] {
 		case '+':
-			groups[pgid] = true
+			runs[pgid] = runID
 		case '-':
-			delete(groups, pgid)
+			delete(runs, pgid)
 		}
 	}
-	for pgid := range groups {
+	ids := make([]string, 0, len(runs))
+	for pgid, id := range runs {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if id != "" {
+			ids = append(ids, id)
+		}
 	}
+	procs.KillRuns(ids)
 	return 0
 }

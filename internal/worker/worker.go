@@ -356,13 +356,25 @@ func (w *Worker) stop() error {
 	return nil
 }
 
-// keepLeases renews every live run's lease each Lease/3, and kills the
-// process group of any run whose lease it could not renew for 2/3 of the
-// TTL, so the old process is gone before anyone else may take the task.
+// liveRuns snapshots the worker's live runs.
+func (w *Worker) liveRuns() []*run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*run, 0, len(w.runs))
+	for _, r := range w.runs {
+		out = append(out, r)
+	}
+	return out
+}
+
+// keepLeases renews every live run's lease each Lease/3. A renewal may
+// block (the store busy or unreachable), so the 2/3-TTL deadline is
+// watched by watchLeases on a goroutine of its own that never touches the
+// store.
 func (w *Worker) keepLeases(ctx context.Context) {
+	go w.watchLeases(ctx)
 	every := w.opt.Lease / 3
-	check := min(every, time.Second)
-	tick := time.NewTicker(check)
+	tick := time.NewTicker(min(every/4, time.Second))
 	defer tick.Stop()
 	for {
 		select {
@@ -370,25 +382,13 @@ func (w *Worker) keepLeases(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		w.mu.Lock()
-		var live []*run
-		for _, r := range w.runs {
-			live = append(live, r)
-		}
-		w.mu.Unlock()
-		for _, r := range live {
-			since := time.Since(r.renewedAt())
-			if since >= 2*w.opt.Lease/3 {
-				if r.markLost() {
-					w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", "lease not renewed for 2/3 of its TTL")
-					r.kill(killLost, 0)
-				}
+		for _, r := range w.liveRuns() {
+			if r.isLost() || time.Since(r.renewedAt()) < every {
 				continue
 			}
-			if since < every || r.isLost() {
-				continue
-			}
-			ren, err := w.st.RenewLease(ctx, r.c.RunID, r.c.Token, w.opt.Lease)
+			rctx, cancel := context.WithTimeout(ctx, every)
+			ren, err := w.st.RenewLease(rctx, r.c.RunID, r.c.Token, w.opt.Lease)
+			cancel()
 			switch {
 			case err == nil:
 				r.renewed(time.Now())
@@ -396,14 +396,44 @@ func (w *Worker) keepLeases(ctx context.Context) {
 					r.kill(killCancel, w.opt.Grace)
 				}
 			case queue.IsConflict(err):
-				if r.markLost() {
-					w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", err.Error())
-					r.kill(killLost, 0)
-				}
+				w.lose(r, err.Error())
 			case ctx.Err() == nil:
 				w.log.Error("store.error", "op", "renew", "run", r.c.RunID, "error", err.Error())
 			}
 		}
+	}
+}
+
+// watchLeases kills the process group of any run whose lease has not been
+// renewed for 2/3 of the TTL, so the old process is gone before anyone
+// else may take the task, and the worker writes nothing more for it.
+func (w *Worker) watchLeases(ctx context.Context) {
+	tick := time.NewTicker(max(min(w.opt.Lease/15, time.Second), 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, r := range w.liveRuns() {
+			since := time.Since(r.renewedAt())
+			switch {
+			case since >= 2*w.opt.Lease/3:
+				w.lose(r, "lease not renewed for 2/3 of its TTL")
+			case since >= w.opt.Lease/3+w.opt.Lease/6 && r.warnOverdue():
+				w.log.Warn("lease.renew_overdue", "task", r.c.TaskID, "run", r.c.RunID, "since_renewal", since.Round(time.Millisecond).String())
+			}
+		}
+	}
+}
+
+// lose gives up a run whose lease is gone: its group is killed at once and
+// nothing more is written for it.
+func (w *Worker) lose(r *run, why string) {
+	if r.markLost() {
+		w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", why)
+		r.kill(killLost, 0)
 	}
 }
 

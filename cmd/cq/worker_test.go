@@ -1,0 +1,1827 @@
+package main
+
+// The worker proven with real processes (SPEC sections 3 and 6).
+//
+// TestWorkerScripts runs testdata/worker/*.txtar: one background or
+// foreground cq worker per script, the CLI around it. The Go tests below
+// start several cq worker processes on one CQ_HOME (TestMain puts this
+// test binary in $PATH as cq) and stop them with signals.
+//
+// Nothing here sleeps to fix a race: every wait is a poll on a condition
+// with a deadline, generous because the machine may be small and loaded
+// and every cq process is built with -race.
+//
+// Custom script commands (names distinct from testdata/script's):
+//
+//	exitcode CODE PROG [ARGS...]
+//	    Run PROG like exec; its exit code must be exactly CODE (0
+//	    included). stdout and stderr are kept as after exec.
+//
+//	[!] jqis [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT
+//	    The jq expression EXPR (gojq) on the JSON of the last command's
+//	    stdout (or FILE; -s slurps every JSON value, e.g. JSONL, into one
+//	    array) must yield exactly one result equal to WANT: compact JSON,
+//	    a string unquoted unless WANT starts with a double quote.
+//
+//	envout NAME [[-s] [-in FILE] [--arg NAME VALUE]... EXPR]
+//	    Set NAME to the last command's stdout, trimmed, or to the result
+//	    of EXPR on it (rendered as for jqis).
+//
+//	waitstate ID STATE [TIMEOUT]
+//	    Poll cq show ID until the task is in STATE; fail at TIMEOUT
+//	    (default 30s).
+//
+//	waitjq ID EXPR WANT [TIMEOUT]
+//	    Poll cq show ID -o json until EXPR yields WANT (as for jqis).
+//
+//	waitfile FILE [TIMEOUT]
+//	    Poll until FILE exists.
+//
+//	waitprocs RUNID N [TIMEOUT]
+//	    Poll /proc until the live (non-zombie) processes whose environment
+//	    holds CQ_RUN_ID=RUNID number at least N, or, for N = 0, none.
+//
+//	filemode PERM FILE...
+//	    Each FILE has exactly the permission bits PERM (octal).
+//
+//	sigbg SIGNAL
+//	    Send SIGNAL (TERM, INT, KILL, STOP, CONT) to every background
+//	    command started since the last wait (testscript's kill knows only
+//	    INT and KILL).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/itchyny/gojq"
+	_ "github.com/mattn/go-sqlite3"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// wkWaitDefault is the default deadline of the script wait commands.
+const wkWaitDefault = 30 * time.Second
+
+// wkPoll is how often the waits look again.
+const wkPoll = 50 * time.Millisecond
+
+func TestWorkerScripts(t *testing.T) {
+	p := wkScriptParams(t)
+	p.Dir = filepath.Join("testdata", "worker")
+	testscript.Run(t, p)
+}
+
+// wkScriptParams are the scripts' set-up and custom commands.
+func wkScriptParams(t *testing.T) testscript.Params {
+	deadline := time.Now().Add(240 * time.Second)
+	if d, ok := t.Deadline(); ok && d.Add(-15*time.Second).Before(deadline) {
+		deadline = d.Add(-15 * time.Second)
+	}
+	return testscript.Params{
+		Deadline: deadline,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("HOME", env.WorkDir)
+			env.Setenv("CQ_HOME", filepath.Join(env.WorkDir, "home"))
+			env.Setenv("TZ", "UTC")
+			env.Setenv("GORACE", wkGorace(env.Getenv("GORACE")))
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exitcode":  wkCmdExitcode,
+			"jqis":      wkCmdJqis,
+			"envout":    wkCmdEnvout,
+			"waitstate": wkCmdWaitstate,
+			"waitjq":    wkCmdWaitjq,
+			"waitfile":  wkCmdWaitfile,
+			"waitprocs": wkCmdWaitprocs,
+			"sigbg":     wkCmdSigbg,
+			"filemode":  wkCmdFilemode,
+		},
+	}
+}
+
+// TestWorkerScriptCommands checks that the custom commands can fail:
+// each script below must fail, and the last one, which uses every
+// command the way the scripts do, must pass.
+func TestWorkerScriptCommands(t *testing.T) {
+	cases := map[string]string{
+		"jqis_differs":      "exec echo '{\"a\":\"x\"}'\njqis .a y\n",
+		"jqis_neg_same":     "exec echo '{\"a\":\"x\"}'\n! jqis .a x\n",
+		"jqis_quoted":       "exec echo '{\"n\":1}'\njqis .n '\"1\"'\n",
+		"jqis_not_json":     "exec echo nope\njqis . x\n",
+		"exitcode_other":    "exitcode 3 sh -c 'exit 4'\n",
+		"exitcode_zero":     "exitcode 0 sh -c 'exit 1'\n",
+		"envout_value":      "exec echo ' v1 '\nenvout V\nexec echo $V\nstdout '^v2$'\n",
+		"waitstate_never":   "exec cq enqueue --id t --hold -- true\nwaitstate t todo 300ms\n",
+		"waitstate_unknown": "waitstate nosuch todo 300ms\n",
+		"waitjq_never":      "exec cq enqueue --id t -- true\nwaitjq t .attempts 1 300ms\n",
+		"waitfile_missing":  "waitfile nope 200ms\n",
+		"waitprocs_none":    "waitprocs no-such-run 1 200ms\n",
+		"waitprocs_alive":   "exec env CQ_RUN_ID=wk-fake-run sleep 30 &p&\nwaitprocs wk-fake-run 1\nwaitprocs wk-fake-run 0 300ms\n",
+		"filemode_differs":  "chmod 0644 f\nfilemode 0600 f\n-- f --\nx\n",
+	}
+	pass := `exec echo '{"a":"x","n":1,"k":null}'
+jqis .a x
+jqis .a '"x"'
+! jqis .a y
+jqis .n 1
+jqis .k null
+envout A .a
+exec echo $A
+stdout '^x$'
+exec printf '%s\n%s\n' '{"a":1}' '{"a":2}'
+jqis -s 'map(.a)' '[1,2]'
+jqis -s --arg v 2 'map(.a | tostring) | index($v)' 1
+exitcode 0 sh -c 'exit 0'
+exitcode 4 sh -c 'echo out; exit 4'
+stdout '^out$'
+exec cq enqueue --id t -- true
+waitstate t todo 5s
+waitjq t .attempts 0 5s
+waitfile f 1s
+chmod 0640 f
+filemode 0640 f
+! exec env CQ_RUN_ID=wk-fake-pass sleep 30 &p&
+waitprocs wk-fake-pass 1
+sigbg TERM
+wait p
+waitprocs wk-fake-pass 0 5s
+-- f --
+x
+`
+	dir := t.TempDir()
+	var files []string
+	for name, script := range cases {
+		f := filepath.Join(dir, name+".txtar")
+		if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	okFile := filepath.Join(dir, "pass.txtar")
+	if err := os.WriteFile(okFile, []byte(pass), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, okFile)
+	rec := &wkRecordT{failed: map[string]bool{}, logs: map[string]string{}}
+	p := wkScriptParams(t)
+	p.Files = files
+	testscript.RunT(rec, p)
+	for name := range cases {
+		if !rec.failed[name] {
+			t.Errorf("script %s passed, want a failure:\n%s", name, rec.logs[name])
+		}
+	}
+	if rec.failed["pass"] {
+		t.Errorf("script pass failed:\n%s", rec.logs["pass"])
+	}
+}
+
+// wkRecordT is a testscript.T that records which scripts failed instead
+// of failing the test.
+type wkRecordT struct {
+	mu     sync.Mutex
+	name   string
+	root   *wkRecordT
+	failed map[string]bool
+	logs   map[string]string
+	log    strings.Builder
+}
+
+func (r *wkRecordT) Skip(args ...any) { runtime.Goexit() }
+func (r *wkRecordT) Fatal(args ...any) {
+	r.Log(args...)
+	r.FailNow()
+}
+func (r *wkRecordT) Parallel()       {}
+func (r *wkRecordT) Verbose() bool   { return false }
+func (r *wkRecordT) Log(args ...any) { fmt.Fprintln(&r.log, args...) }
+func (r *wkRecordT) top() *wkRecordT {
+	if r.root != nil {
+		return r.root
+	}
+	return r
+}
+
+func (r *wkRecordT) FailNow() {
+	top := r.top()
+	top.mu.Lock()
+	top.failed[r.name] = true
+	top.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *wkRecordT) Run(name string, f func(testscript.T)) {
+	sub := &wkRecordT{name: name, root: r.top()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(sub)
+	}()
+	<-done
+	top := r.top()
+	top.mu.Lock()
+	top.logs[name] = sub.log.String()
+	top.mu.Unlock()
+}
+
+// wkGorace keeps a -race cq from sleeping a second at every exit.
+func wkGorace(g string) string {
+	if strings.Contains(g, "atexit_sleep_ms") {
+		return g
+	}
+	return strings.TrimSpace(g + " atexit_sleep_ms=0")
+}
+
+// ---- script commands ----
+
+func wkCmdExitcode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exitcode CODE PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exitcode: bad code %q", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exitcode: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}
+
+// wkJQ is a parsed jq command line.
+type wkJQ struct {
+	slurp  bool
+	in     string
+	names  []string
+	values []any
+	expr   string
+	rest   []string
+}
+
+func wkParseJQ(ts *testscript.TestScript, args []string) wkJQ {
+	a := wkJQ{in: "stdout"}
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && len(args[0]) > 1 && args[0][1] != '.' {
+		switch {
+		case args[0] == "-s":
+			a.slurp, args = true, args[1:]
+		case args[0] == "-in" && len(args) >= 2:
+			a.in, args = args[1], args[2:]
+		case args[0] == "--arg" && len(args) >= 3:
+			a.names = append(a.names, "$"+args[1])
+			a.values = append(a.values, args[2])
+			args = args[3:]
+		default:
+			ts.Fatalf("jq: bad option %q", args[0])
+		}
+	}
+	if len(args) == 0 {
+		ts.Fatalf("jq: no expression")
+	}
+	a.expr, a.rest = args[0], args[1:]
+	return a
+}
+
+// wkJQEval evaluates a.expr on text; it returns an error instead of
+// failing, so that the waits can poll.
+func wkJQEval(a wkJQ, text string) (any, error) {
+	var values []any
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("not JSON: %w\n%s", err, text)
+		}
+		values = append(values, wkNumbers(v))
+	}
+	var input any
+	switch {
+	case a.slurp:
+		if values == nil {
+			values = []any{}
+		}
+		input = values
+	case len(values) == 1:
+		input = values[0]
+	default:
+		return nil, fmt.Errorf("%d JSON values, want exactly 1 (use -s)", len(values))
+	}
+	q, err := gojq.Parse(a.expr)
+	if err != nil {
+		return nil, fmt.Errorf("parse %q: %w", a.expr, err)
+	}
+	code, err := gojq.Compile(q, gojq.WithVariables(a.names))
+	if err != nil {
+		return nil, fmt.Errorf("compile %q: %w", a.expr, err)
+	}
+	iter := code.Run(input, a.values...)
+	var results []any
+	for {
+		v, ok := iter.Next()
+		if !ok {
+			break
+		}
+		if err, ok := v.(error); ok {
+			return nil, fmt.Errorf("%q: %w", a.expr, err)
+		}
+		results = append(results, v)
+	}
+	if len(results) != 1 {
+		return nil, fmt.Errorf("%q yields %d results, want exactly 1", a.expr, len(results))
+	}
+	return results[0], nil
+}
+
+func wkNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return int(i)
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		for i := range x {
+			x[i] = wkNumbers(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = wkNumbers(x[k])
+		}
+	}
+	return v
+}
+
+func wkRender(v any, quoted bool) string {
+	if s, ok := v.(string); ok && !quoted {
+		return s
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprintf("<unrenderable %v>", v)
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+func wkCmdJqis(ts *testscript.TestScript, neg bool, args []string) {
+	a := wkParseJQ(ts, args)
+	if len(a.rest) != 1 {
+		ts.Fatalf("usage: jqis [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT")
+	}
+	want := a.rest[0]
+	v, err := wkJQEval(a, ts.ReadFile(a.in))
+	if err != nil {
+		ts.Fatalf("jqis: %v", err)
+	}
+	got := wkRender(v, strings.HasPrefix(want, `"`))
+	switch {
+	case neg && got == want:
+		ts.Fatalf("jqis %s: got %s, want anything else", a.expr, got)
+	case !neg && got != want:
+		ts.Fatalf("jqis %s: got %s, want %s", a.expr, got, want)
+	}
+}
+
+func wkCmdEnvout(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: envout NAME [[-s] [-in FILE] EXPR]")
+	}
+	if len(args) == 1 {
+		ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
+		return
+	}
+	a := wkParseJQ(ts, args[1:])
+	if len(a.rest) != 0 {
+		ts.Fatalf("usage: envout NAME [[-s] [-in FILE] EXPR]")
+	}
+	v, err := wkJQEval(a, ts.ReadFile(a.in))
+	if err != nil {
+		ts.Fatalf("envout: %v", err)
+	}
+	ts.Setenv(args[0], wkRender(v, false))
+}
+
+// wkScriptCQ runs cq in the script's environment without touching the
+// script's stdout and stderr.
+func wkScriptCQ(ts *testscript.TestScript, args ...string) (string, string, error) {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CQ_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") &&
+			!strings.HasPrefix(kv, "GORACE=") {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range []string{"CQ_HOME", "CQ_DB", "HOME", "PATH", "GORACE", "TZ"} {
+		if v := ts.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "cq", args...)
+	cmd.Env, cmd.Dir = env, ts.MkAbs(".")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// wkTimeoutArg parses an optional trailing TIMEOUT.
+func wkTimeoutArg(ts *testscript.TestScript, args []string, n int) time.Duration {
+	if len(args) <= n {
+		return wkWaitDefault
+	}
+	d, err := time.ParseDuration(args[n])
+	if err != nil {
+		ts.Fatalf("bad timeout %q", args[n])
+	}
+	return d
+}
+
+// wkScriptPoll polls cond until it reports true, failing the script with
+// its last description at the deadline.
+func wkScriptPoll(ts *testscript.TestScript, timeout time.Duration, what string, cond func() (bool, string)) {
+	start := time.Now()
+	for {
+		ok, last := cond()
+		if ok {
+			ts.Logf("%s: after %v", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > timeout {
+			ts.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
+		}
+		time.Sleep(wkPoll)
+	}
+}
+
+func wkCmdWaitstate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: waitstate ID STATE [TIMEOUT]")
+	}
+	wkWaitShow(ts, args[0], wkJQ{expr: ".state"}, args[1], wkTimeoutArg(ts, args, 2))
+}
+
+func wkCmdWaitjq(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 || len(args) > 4 {
+		ts.Fatalf("usage: waitjq ID EXPR WANT [TIMEOUT]")
+	}
+	wkWaitShow(ts, args[0], wkJQ{expr: args[1]}, args[2], wkTimeoutArg(ts, args, 3))
+}
+
+func wkWaitShow(ts *testscript.TestScript, id string, a wkJQ, want string, timeout time.Duration) {
+	wkScriptPoll(ts, timeout, fmt.Sprintf("task %s: %s == %s", id, a.expr, want), func() (bool, string) {
+		out, errs, err := wkScriptCQ(ts, "show", "-o", "json", id)
+		if err != nil {
+			return false, fmt.Sprintf("cq show: %v: %s", err, errs)
+		}
+		v, err := wkJQEval(a, out)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := wkRender(v, strings.HasPrefix(want, `"`))
+		return got == want, got
+	})
+}
+
+func wkCmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: waitfile FILE [TIMEOUT]")
+	}
+	path := ts.MkAbs(args[0])
+	wkScriptPoll(ts, wkTimeoutArg(ts, args, 1), "file "+args[0], func() (bool, string) {
+		_, err := os.Stat(path)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func wkCmdWaitprocs(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: waitprocs RUNID N [TIMEOUT]")
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || args[0] == "" {
+		ts.Fatalf("waitprocs: bad arguments %q", args)
+	}
+	what := fmt.Sprintf("processes of run %s: at least %d", args[0], n)
+	if n == 0 {
+		what = fmt.Sprintf("processes of run %s: none", args[0])
+	}
+	wkScriptPoll(ts, wkTimeoutArg(ts, args, 2), what, func() (bool, string) {
+		pids := wkRunProcs(args[0])
+		if n == 0 {
+			return len(pids) == 0, wkDescribeProcs(pids)
+		}
+		return len(pids) >= n, wkDescribeProcs(pids)
+	})
+}
+
+func wkCmdFilemode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: filemode PERM FILE...")
+	}
+	want, err := strconv.ParseUint(args[0], 8, 32)
+	if err != nil {
+		ts.Fatalf("filemode: bad permission %q", args[0])
+	}
+	for _, f := range args[1:] {
+		st, err := os.Stat(ts.MkAbs(f))
+		ts.Check(err)
+		if got := st.Mode().Perm(); got != os.FileMode(want) {
+			ts.Fatalf("%s has mode %04o, want %04o", f, got, want)
+		}
+	}
+}
+
+var wkSignals = map[string]syscall.Signal{
+	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL,
+	"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
+}
+
+func wkCmdSigbg(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sigbg SIGNAL")
+	}
+	sig, ok := wkSignals[strings.TrimPrefix(args[0], "SIG")]
+	if !ok {
+		ts.Fatalf("sigbg: unknown signal %q", args[0])
+	}
+	cmds := ts.BackgroundCmds()
+	if len(cmds) == 0 {
+		ts.Fatalf("sigbg: no background command")
+	}
+	for _, c := range cmds {
+		if err := c.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			ts.Fatalf("sigbg: %v", err)
+		}
+	}
+}
+
+// ---- processes ----
+
+// wkRunProcs lists the live processes (zombies excluded) whose
+// environment holds CQ_RUN_ID=runID.
+func wkRunProcs(runID string) []int {
+	want := []byte("CQ_RUN_ID=" + runID)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:]); len(f) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X') {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+func wkDescribeProcs(pids []int) string {
+	if len(pids) == 0 {
+		return "no process"
+	}
+	var parts []string
+	for _, pid := range pids {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		parts = append(parts, fmt.Sprintf("%d %q", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ---- Go tests: an environment of cq processes on one home ----
+
+// wkEnv runs cq processes on one CQ_HOME.
+type wkEnv struct {
+	t    *testing.T
+	dir  string // the processes' working folder; tasks write here
+	home string
+	env  []string
+}
+
+func wkNewEnv(t *testing.T) *wkEnv {
+	t.Helper()
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	var env []string
+	gorace := ""
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "CQ_"), strings.HasPrefix(kv, "HOME="):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=")
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "CQ_HOME="+home, "HOME="+dir, "TZ=UTC", "GORACE="+wkGorace(gorace))
+	return &wkEnv{t: t, dir: dir, home: home, env: env}
+}
+
+// path is a file in the working folder.
+func (e *wkEnv) path(name string) string { return filepath.Join(e.dir, name) }
+
+// runIn runs one cq command to its end (90 s at most) with stdin.
+func (e *wkEnv) runIn(stdin string, args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "cq", args...)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		e.t.Fatalf("cq %s: %v", strings.Join(args, " "), err)
+	}
+	if ctx.Err() != nil {
+		e.t.Fatalf("cq %s: did not end within 90s", strings.Join(args, " "))
+	}
+	return out.String(), errb.String(), code
+}
+
+func (e *wkEnv) run(args ...string) (string, string, int) {
+	e.t.Helper()
+	return e.runIn("", args...)
+}
+
+// ok runs cq and requires exit 0 and a silent stderr.
+func (e *wkEnv) ok(args ...string) string {
+	e.t.Helper()
+	out, errs, code := e.run(args...)
+	if code != 0 || errs != "" {
+		e.t.Fatalf("cq %s: exit %d, stderr %q, stdout %q", strings.Join(args, " "), code, errs, out)
+	}
+	return out
+}
+
+// wkRun and wkTask are the parts of cq show -o json the tests read.
+type wkRun struct {
+	ID        string  `json:"id"`
+	TaskID    string  `json:"task_id"`
+	Attempt   int     `json:"attempt"`
+	State     string  `json:"state"`
+	ExitCode  *int    `json:"exit_code"`
+	Signal    *string `json:"signal"`
+	Worker    *string `json:"worker"`
+	StartedAt *string `json:"started_at"`
+	EndedAt   *string `json:"ended_at"`
+	Error     *string `json:"error"`
+	Reason    *string `json:"reason"`
+}
+
+type wkTask struct {
+	ID            string  `json:"id"`
+	State         string  `json:"state"`
+	Queue         string  `json:"queue"`
+	Priority      string  `json:"priority"`
+	Attempts      int     `json:"attempts"`
+	BlockedReason *string `json:"blocked_reason"`
+	NotBefore     *string `json:"not_before"`
+	Reason        *string `json:"reason"`
+	Runs          []wkRun `json:"runs"`
+}
+
+type wkEvent struct {
+	Seq    int64           `json:"seq"`
+	Kind   string          `json:"kind"`
+	TaskID *string         `json:"task_id"`
+	RunID  *string         `json:"run_id"`
+	From   *string         `json:"from"`
+	To     *string         `json:"to"`
+	Reason *string         `json:"reason"`
+	Data   json.RawMessage `json:"data"`
+}
+
+func (r wkRun) String() string {
+	exit := "null"
+	if r.ExitCode != nil {
+		exit = strconv.Itoa(*r.ExitCode)
+	}
+	return fmt.Sprintf("{run %s attempt %d %s exit=%s signal=%s worker=%s reason=%s error=%s}",
+		r.ID, r.Attempt, r.State, exit, wkStr(r.Signal), wkStr(r.Worker), wkStr(r.Reason), wkStr(r.Error))
+}
+
+func (t wkTask) String() string {
+	return fmt.Sprintf("{task %s %s attempts=%d blocked_reason=%s not_before=%s reason=%s runs=%v}",
+		t.ID, t.State, t.Attempts, wkStr(t.BlockedReason), wkStr(t.NotBefore), wkStr(t.Reason), t.Runs)
+}
+
+func (ev wkEvent) String() string {
+	return fmt.Sprintf("{seq %d %s task=%s run=%s %s→%s reason=%s}", ev.Seq, ev.Kind, wkStr(ev.TaskID), wkStr(ev.RunID),
+		wkStr(ev.From), wkStr(ev.To), wkStr(ev.Reason))
+}
+
+func wkStr(p *string) string {
+	if p == nil {
+		return "<null>"
+	}
+	return *p
+}
+
+func (e *wkEnv) show(id string) wkTask {
+	e.t.Helper()
+	var task wkTask
+	out := e.ok("show", "-o", "json", id)
+	if err := json.Unmarshal([]byte(out), &task); err != nil {
+		e.t.Fatalf("cq show %s: %v\n%s", id, err, out)
+	}
+	return task
+}
+
+func (e *wkEnv) tasks() []wkTask {
+	e.t.Helper()
+	var all []wkTask
+	out := e.ok("ls", "-o", "json", "--limit", "0")
+	if err := json.Unmarshal([]byte(out), &all); err != nil {
+		e.t.Fatalf("cq ls: %v\n%s", err, out)
+	}
+	return all
+}
+
+func (e *wkEnv) events() []wkEvent {
+	e.t.Helper()
+	out := e.ok("events")
+	var evs []wkEvent
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev wkEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			e.t.Fatalf("cq events: %v: %s", err, sc.Text())
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// eventually polls cond until it holds; at the deadline the test fails
+// with what cond last described.
+func (e *wkEnv) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
+	e.t.Helper()
+	wkEventually(e.t, timeout, what, cond)
+}
+
+func wkEventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
+		}
+		time.Sleep(wkPoll)
+	}
+}
+
+// waitTask polls cq show until the task is in state.
+func (e *wkEnv) waitTask(id, state string, timeout time.Duration) wkTask {
+	e.t.Helper()
+	var task wkTask
+	e.eventually(timeout, "task "+id+" "+state, func() (bool, string) {
+		task = e.show(id)
+		return task.State == state, task.String()
+	})
+	return task
+}
+
+// waitRunning waits until the task's latest run is running, and returns it.
+func (e *wkEnv) waitRunning(id string, attempt int) wkRun {
+	e.t.Helper()
+	var r wkRun
+	e.eventually(30*time.Second, fmt.Sprintf("task %s run %d running", id, attempt), func() (bool, string) {
+		task := e.show(id)
+		if len(task.Runs) < attempt {
+			return false, task.String()
+		}
+		r = task.Runs[attempt-1]
+		return r.State == "running", r.String()
+	})
+	return r
+}
+
+// reapLater makes sure no process of the run outlives the test, should
+// the worker under test leave one behind (they are this test's
+// descendants, found by their CQ_RUN_ID).
+func (e *wkEnv) reapLater(runID string) {
+	e.t.Cleanup(func() {
+		for _, pid := range wkRunProcs(runID) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// waitProcs waits until at least n processes of the run live, or none
+// for n = 0.
+func (e *wkEnv) waitProcs(runID string, n int, timeout time.Duration) {
+	e.t.Helper()
+	e.reapLater(runID)
+	e.eventually(timeout, fmt.Sprintf("run %s with %d processes (0: none)", runID, n), func() (bool, string) {
+		pids := wkRunProcs(runID)
+		if n == 0 {
+			return len(pids) == 0, wkDescribeProcs(pids)
+		}
+		return len(pids) >= n, wkDescribeProcs(pids)
+	})
+}
+
+// waitFile waits until the file exists.
+func (e *wkEnv) waitFile(name string) {
+	e.t.Helper()
+	e.eventually(30*time.Second, "file "+name, func() (bool, string) {
+		_, err := os.Stat(e.path(name))
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// wkBuffer is a goroutine-safe buffer for a worker's stderr.
+type wkBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *wkBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *wkBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// wkWorker is one cq worker process.
+type wkWorker struct {
+	e      *wkEnv
+	name   string
+	cmd    *exec.Cmd
+	stdout wkBuffer
+	stderr wkBuffer
+	done   chan struct{}
+	code   int // valid once done is closed; -1: killed by a signal
+}
+
+// startWorker starts cq worker ARGS...; t.Cleanup stops it (SIGCONT,
+// SIGTERM, then SIGKILL after 20 s) if the test has not.
+func (e *wkEnv) startWorker(name string, args ...string) *wkWorker {
+	e.t.Helper()
+	w := &wkWorker{e: e, name: name, done: make(chan struct{})}
+	w.cmd = exec.Command("cq", append([]string{"worker"}, args...)...)
+	w.cmd.Env, w.cmd.Dir = e.env, e.dir
+	w.cmd.Stdout, w.cmd.Stderr = &w.stdout, &w.stderr
+	if err := w.cmd.Start(); err != nil {
+		e.t.Fatalf("start worker %s: %v", name, err)
+	}
+	go func() {
+		err := w.cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			w.code = ee.ExitCode()
+		default:
+			w.code = -2
+		}
+		close(w.done)
+	}()
+	e.t.Cleanup(func() {
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-w.done:
+		case <-time.After(20 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+		e.t.Logf("worker %s stderr:\n%s", w.name, w.stderr.String())
+	})
+	return w
+}
+
+func (w *wkWorker) signal(sig syscall.Signal) {
+	w.e.t.Helper()
+	if err := w.cmd.Process.Signal(sig); err != nil {
+		w.e.t.Fatalf("signal worker %s: %v", w.name, err)
+	}
+}
+
+// wait waits for the worker to exit and returns its exit code.
+func (w *wkWorker) wait(timeout time.Duration) int {
+	w.e.t.Helper()
+	select {
+	case <-w.done:
+		return w.code
+	case <-time.After(timeout):
+		w.e.t.Fatalf("worker %s did not exit within %v; stderr:\n%s", w.name, timeout, w.stderr.String())
+		return 0
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit (0) and a well-formed log:
+// nothing on stdout, one JSON object per stderr line.
+func (w *wkWorker) stop() {
+	w.e.t.Helper()
+	w.signal(syscall.SIGTERM)
+	if code := w.wait(30 * time.Second); code != 0 {
+		w.e.t.Errorf("worker %s exited %d after SIGTERM, want 0; stderr:\n%s", w.name, code, w.stderr.String())
+	}
+	w.checkLog()
+}
+
+// checkLog: stdout carries nothing; stderr is one JSON object per line.
+func (w *wkWorker) checkLog() {
+	w.e.t.Helper()
+	if out := w.stdout.String(); out != "" {
+		w.e.t.Errorf("worker %s wrote to stdout: %q", w.name, out)
+	}
+	for _, line := range strings.Split(strings.TrimRight(w.stderr.String(), "\n"), "\n") {
+		var v map[string]any
+		if line != "" && json.Unmarshal([]byte(line), &v) != nil {
+			w.e.t.Errorf("worker %s: stderr line is not a JSON object: %q", w.name, line)
+		}
+	}
+}
+
+// logLines are the worker's stderr lines decoded.
+func (w *wkWorker) logLines() []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(w.stderr.String(), "\n") {
+		var v map[string]any
+		if json.Unmarshal([]byte(line), &v) == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// batch enqueues JSONL specs in one transaction and returns the ids.
+func (e *wkEnv) batch(lines []map[string]any) []string {
+	e.t.Helper()
+	var b strings.Builder
+	for _, l := range lines {
+		j, err := json.Marshal(l)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	out, errs, code := e.runIn(b.String(), "enqueue", "--batch")
+	if code != 0 || errs != "" {
+		e.t.Fatalf("cq enqueue --batch: exit %d, stderr %q", code, errs)
+	}
+	ids := strings.Fields(out)
+	if len(ids) != len(lines) {
+		e.t.Fatalf("cq enqueue --batch printed %d ids for %d lines", len(ids), len(lines))
+	}
+	return ids
+}
+
+// waitAll runs cq wait on ids and requires exit 0 (all done).
+func (e *wkEnv) waitAll(ids []string, timeout time.Duration) {
+	e.t.Helper()
+	args := append([]string{"wait", "--timeout", timeout.String()}, ids...)
+	out, errs, code := e.run(args...)
+	if code != 0 {
+		e.t.Fatalf("cq wait: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// readLines reads a file the tasks appended to.
+func (e *wkEnv) readLines(name string) []string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.path(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+// ---- (a) many workers, exactly once ----
+
+// TestWorkerManyExactlyOnce: 3 workers × concurrency 4 (lease 3 s) on
+// one home, 300 tasks enqueued in one batch, cq heartbeat running beside
+// them: every task runs exactly once (one start and one end line, one
+// run) and ends done, those that outlive the lease included.
+func TestWorkerManyExactlyOnce(t *testing.T) {
+	e := wkNewEnv(t)
+	var workers []*wkWorker
+	for i := range 3 {
+		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "4", "--lease", "3s"))
+	}
+	log := e.path("log")
+	const n = 300
+	var lines []map[string]any
+	for i := range n {
+		lines = append(lines, map[string]any{
+			"id":    fmt.Sprintf("t%03d", i),
+			"shell": `echo "start $CQ_TASK_ID $CQ_RUN_ID" >> ` + log + `; echo "end $CQ_TASK_ID $CQ_RUN_ID" >> ` + log,
+		})
+	}
+	// A few run longer than the 3 s lease: healthy workers renew it, and
+	// the heartbeats running meanwhile reap nothing.
+	for i := range 3 {
+		lines[i*100]["shell"] = `sleep 4; ` + lines[i*100]["shell"].(string)
+	}
+	ids := e.batch(lines)
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			cmd := exec.CommandContext(hbCtx, "cq", "heartbeat")
+			cmd.Env, cmd.Dir = e.env, e.dir
+			_ = cmd.Run()
+		}
+	}()
+	t.Cleanup(func() { stopHB(); <-hbDone })
+	e.waitAll(ids, 60*time.Second)
+	stopHB()
+	<-hbDone
+
+	starts, ends := map[string][]string{}, map[string][]string{}
+	for i, l := range e.readLines("log") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("log line %d malformed (torn write?): %q", i, l)
+		}
+		switch f[0] {
+		case "start":
+			starts[f[1]] = append(starts[f[1]], f[2])
+		case "end":
+			if len(starts[f[1]]) != len(ends[f[1]])+1 {
+				t.Errorf("task %s: end before its start (line %d)", f[1], i)
+			}
+			ends[f[1]] = append(ends[f[1]], f[2])
+		default:
+			t.Fatalf("log line %d malformed: %q", i, l)
+		}
+	}
+	for _, id := range ids {
+		if len(starts[id]) != 1 || len(ends[id]) != 1 {
+			t.Errorf("task %s ran %d times (%d ends), want exactly once", id, len(starts[id]), len(ends[id]))
+		}
+	}
+	if len(starts) != n {
+		t.Errorf("%d distinct tasks ran, want %d", len(starts), n)
+	}
+
+	done := 0
+	for _, task := range e.tasks() {
+		if task.State == "done" && task.Attempts == 1 {
+			done++
+		} else {
+			t.Errorf("task %s: state %s, attempts %d; want done after 1 attempt", task.ID, task.State, task.Attempts)
+		}
+	}
+	if done != n {
+		t.Errorf("%d tasks done after one attempt, want %d", done, n)
+	}
+
+	// The event log agrees: one run per task, claimed once, succeeded
+	// once, and the runs were spread over the workers.
+	queued, succeeded := map[string]int{}, map[string]int{}
+	runOf := map[string]string{}
+	byWorker := map[string]int{}
+	for _, ev := range e.events() {
+		switch ev.Kind {
+		case "run.queued":
+			queued[wkStr(ev.TaskID)]++
+			runOf[wkStr(ev.TaskID)] = wkStr(ev.RunID)
+			var d struct {
+				Worker string `json:"worker"`
+			}
+			_ = json.Unmarshal(ev.Data, &d)
+			byWorker[d.Worker]++
+		case "run.succeeded":
+			succeeded[wkStr(ev.TaskID)]++
+		}
+	}
+	for _, id := range ids {
+		if queued[id] != 1 || succeeded[id] != 1 {
+			t.Errorf("task %s: %d run.queued and %d run.succeeded events, want 1 and 1", id, queued[id], succeeded[id])
+		}
+		if len(starts[id]) == 1 && starts[id][0] != runOf[id] {
+			t.Errorf("task %s ran with CQ_RUN_ID %s, but its run is %s", id, starts[id][0], runOf[id])
+		}
+	}
+	if len(byWorker) < 2 {
+		t.Errorf("all runs went to %v; 3 idle workers should share 300 tasks", byWorker)
+	}
+	t.Logf("runs per worker: %v", byWorker)
+	for _, w := range workers {
+		w.stop()
+	}
+}
+
+// ---- (b) key lanes ----
+
+// TestWorkerKeyLanes: tasks sharing a --key never overlap and run in the
+// order they were enqueued, whatever their priority, across 3 workers;
+// different keys do run side by side.
+func TestWorkerKeyLanes(t *testing.T) {
+	e := wkNewEnv(t)
+	var workers []*wkWorker
+	for i := range 3 {
+		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "3"))
+	}
+	log := e.path("log")
+	const keys, per = 4, 6
+	prios := []string{"P3", "P0", "P2", "P1", "P0", "P3"}
+	var lines []map[string]any
+	for n := range per {
+		for k := range keys {
+			key := fmt.Sprintf("k%d", k)
+			lines = append(lines, map[string]any{
+				"id": fmt.Sprintf("%s-%d", key, n), "key": key, "priority": prios[(n+k)%len(prios)],
+				"shell": fmt.Sprintf(`echo "start %s %d" >> %s; sleep 0.1; echo "end %s %d" >> %s`, key, n, log, key, n, log),
+			})
+		}
+	}
+	ids := e.batch(lines)
+	e.waitAll(ids, 60*time.Second)
+
+	next := map[string]int{}     // per key: the next task number expected to start
+	running := map[string]bool{} // per key: a task has started and not ended
+	live, maxLive := 0, 0
+	for i, l := range e.readLines("log") {
+		var what, key string
+		var num int
+		if _, err := fmt.Sscanf(l, "%s %s %d", &what, &key, &num); err != nil {
+			t.Fatalf("log line %d malformed: %q", i, l)
+		}
+		switch what {
+		case "start":
+			if running[key] {
+				t.Errorf("line %d: %s-%d started while another task of key %s runs", i, key, num, key)
+			}
+			if num != next[key] {
+				t.Errorf("line %d: %s-%d started, want %s-%d (enqueue order)", i, key, num, key, next[key])
+			}
+			running[key] = true
+			next[key] = num + 1
+			live++
+			maxLive = max(maxLive, live)
+		case "end":
+			if !running[key] || num != next[key]-1 {
+				t.Errorf("line %d: %s-%d ended but was not the running task of its lane", i, key, num)
+			}
+			running[key] = false
+			live--
+		}
+	}
+	for k := range keys {
+		if key := fmt.Sprintf("k%d", k); next[key] != per {
+			t.Errorf("key %s: %d tasks started, want %d", key, next[key], per)
+		}
+	}
+	if maxLive < 2 {
+		t.Errorf("at most %d task ran at a time; 4 independent lanes on 9 slots should overlap", maxLive)
+	}
+	for _, w := range workers {
+		w.stop()
+	}
+}
+
+// ---- (c) queue concurrency ----
+
+// TestWorkerQueueConcurrency: cq queue set Q --concurrency 2 holds across
+// 3 workers with 3 slots each: each task counts the tasks of Q running
+// with it (a folder per live task); the count never exceeds 2 and does
+// reach 2.
+func TestWorkerQueueConcurrency(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("queue", "set", "lim", "--concurrency", "2")
+	var workers []*wkWorker
+	for i := range 3 {
+		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "3"))
+	}
+	slots, counts := e.path("slots"), e.path("counts")
+	if err := os.Mkdir(slots, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	for i := range 10 {
+		lines = append(lines, map[string]any{
+			"id": fmt.Sprintf("q%02d", i), "queue": "lim",
+			"shell": fmt.Sprintf(`mkdir %[1]s/$CQ_TASK_ID && ls %[1]s | wc -l >> %[2]s; sleep 0.4; rmdir %[1]s/$CQ_TASK_ID`, slots, counts),
+		})
+	}
+	// An unlimited queue beside it is not held back by lim's limit.
+	for i := range 4 {
+		lines = append(lines, map[string]any{"id": fmt.Sprintf("free%d", i), "queue": "other", "cmd": []string{"true"}})
+	}
+	ids := e.batch(lines)
+	e.waitAll(ids, 60*time.Second)
+	most := 0
+	got := e.readLines("counts")
+	for _, l := range got {
+		n, err := strconv.Atoi(strings.TrimSpace(l))
+		if err != nil {
+			t.Fatalf("counts line %q", l)
+		}
+		most = max(most, n)
+	}
+	if len(got) != 10 {
+		t.Errorf("%d counts recorded, want 10", len(got))
+	}
+	if most > 2 {
+		t.Errorf("%d tasks of queue lim ran at once, want at most 2 (counts %v)", most, got)
+	}
+	if most < 2 {
+		t.Errorf("tasks of queue lim never ran 2 at once (counts %v): the limit is 2, 9 slots were free", got)
+	}
+	for _, w := range workers {
+		w.stop()
+	}
+}
+
+// ---- (d) priorities ----
+
+// TestWorkerPriorities: one worker, concurrency 1: P0 tasks enqueued after
+// P3 ones start first; FIFO within a priority; across queues too.
+func TestWorkerPriorities(t *testing.T) {
+	e := wkNewEnv(t)
+	order := e.path("order")
+	for _, x := range []struct{ id, prio, queue string }{
+		{"p3a", "P3", "default"}, {"p3b", "P3", "other"}, {"p2a", "P2", "default"}, {"p0a", "P0", "other"},
+		{"p3c", "P3", "default"}, {"p0b", "P0", "default"}, {"p1a", "P1", "other"}, {"p0c", "P0", "other"},
+	} {
+		e.ok("enqueue", "--id", x.id, "--priority", x.prio, "--queue", x.queue, "--shell", "echo $CQ_TASK_ID >> "+order)
+	}
+	w := e.startWorker("w", "--once")
+	if code := w.wait(60 * time.Second); code != 0 {
+		t.Fatalf("cq worker --once exited %d; stderr:\n%s", code, w.stderr.String())
+	}
+	w.checkLog()
+	got := strings.Join(e.readLines("order"), " ")
+	if want := "p0a p0b p0c p1a p2a p3a p3b p3c"; got != want {
+		t.Errorf("tasks ran in the order %q, want %q", got, want)
+	}
+}
+
+// ---- (e) a SIGKILLed worker ----
+
+// TestWorkerKilledMidRun: SIGKILL a worker while its task runs a shell
+// with two children: no process of the run survives; the lease (3 s)
+// expires, cq heartbeat reaps the run (failed, transient class: the task
+// is blocked for a retry although it has no --retries); cq retry skips
+// the 30 s backoff and a second worker runs attempt 2 to done.
+func TestWorkerKilledMidRun(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "victim", "--shell",
+		`if [ "$CQ_ATTEMPT" -ge 2 ]; then echo second; exit 0; fi; sleep 100 & sleep 100; wait`)
+	a := e.startWorker("A", "--lease", "3s")
+	r1 := e.waitRunning("victim", 1)
+	e.waitProcs(r1.ID, 3, 30*time.Second) // sh and its two sleeps
+	a.signal(syscall.SIGKILL)
+	if code := a.wait(10 * time.Second); code != -1 {
+		t.Fatalf("worker A exited %d, want killed by a signal", code)
+	}
+	killedAt := time.Now()
+	e.waitProcs(r1.ID, 0, 10*time.Second)
+	t.Logf("the run's processes were gone %v after the worker died", time.Since(killedAt).Round(time.Millisecond))
+
+	// The lease expires; the heartbeat reaps the run.
+	var task wkTask
+	e.eventually(30*time.Second, "run 1 reaped by cq heartbeat", func() (bool, string) {
+		e.ok("heartbeat")
+		task = e.show("victim")
+		return task.Runs[0].State != "running", task.Runs[0].String()
+	})
+	run1 := task.Runs[0]
+	if run1.State != "failed" || wkStr(run1.Reason) != "lease_expired" {
+		t.Errorf("reaped run: state %s, reason %s; want failed, lease_expired", run1.State, wkStr(run1.Reason))
+	}
+	if task.State != "blocked" || wkStr(task.BlockedReason) != "retry" {
+		t.Fatalf("after the reap the task is %s (%s); want blocked for a retry (transient class, 3 retries)",
+			task.State, wkStr(task.BlockedReason))
+	}
+	if task.NotBefore == nil {
+		t.Fatalf("blocked for a retry without not_before")
+	}
+	if nb, err := time.Parse(time.RFC3339Nano, *task.NotBefore); err != nil {
+		t.Errorf("not_before %q: %v", *task.NotBefore, err)
+	} else if wait := time.Until(nb); wait < 20*time.Second || wait > 31*time.Second {
+		t.Errorf("retry due in %v, want the transient class's first backoff, 30 s", wait)
+	}
+
+	// The run ended: its summary.json is written (SPEC section 1: "written
+	// when the run ends"), by whoever ended it.
+	if b, err := os.ReadFile(filepath.Join(e.home, "runs", run1.ID, "summary.json")); err != nil {
+		t.Errorf("run 1 ended (reaped by cq heartbeat) but has no summary.json: %v", err)
+	} else if !strings.Contains(string(b), `"failed"`) {
+		t.Errorf("run 1's summary.json does not say failed: %s", b)
+	}
+
+	e.ok("retry", "victim")
+	b := e.startWorker("B", "--lease", "3s")
+	task = e.waitTask("victim", "done", 60*time.Second)
+	if len(task.Runs) != 2 || task.Attempts != 2 {
+		t.Fatalf("task has %d runs, attempts %d; want 2 and 2: %v", len(task.Runs), task.Attempts, task.Runs)
+	}
+	r2 := task.Runs[1]
+	if r2.Attempt != 2 || r2.State != "succeeded" || wkStr(r2.Worker) == wkStr(run1.Worker) {
+		t.Errorf("run 2: attempt %d, state %s, worker %s (run 1's: %s); want attempt 2 succeeded on another worker",
+			r2.Attempt, r2.State, wkStr(r2.Worker), wkStr(run1.Worker))
+	}
+	if out := e.ok("logs", "victim"); out != "second\n" {
+		t.Errorf("cq logs victim = %q, want %q", out, "second\n")
+	}
+	b.stop()
+}
+
+// ---- (f) fencing ----
+
+// TestWorkerFencedAfterTakeover: a worker stopped (SIGSTOP) mid-run loses
+// its 3 s lease; the heartbeat reaps the run and another worker runs the
+// task to done. Meanwhile the first worker's process ended with exit 0
+// (a success it would like to report). When the first worker resumes
+// (SIGCONT), nothing it writes changes the task or its runs: the final
+// state and runs are the second worker's, the first run stays as the
+// reaper wrote it, and no event about the task follows.
+func TestWorkerFencedAfterTakeover(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "fenced", "--shell",
+		`if [ "$CQ_ATTEMPT" -ge 2 ]; then echo second; exit 0; fi; touch started; while [ ! -e go ]; do sleep 0.05; done; echo first`)
+	a := e.startWorker("A", "--lease", "3s")
+	r1 := e.waitRunning("fenced", 1)
+	e.waitFile("started")
+	a.signal(syscall.SIGSTOP)
+	// Let the first attempt's process end on its own, successfully, while
+	// its worker cannot see it.
+	if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.waitProcs(r1.ID, 0, 30*time.Second)
+
+	var task wkTask
+	e.eventually(30*time.Second, "run 1 reaped by cq heartbeat", func() (bool, string) {
+		e.ok("heartbeat")
+		task = e.show("fenced")
+		return task.Runs[0].State != "running", task.Runs[0].String()
+	})
+	if task.Runs[0].State != "failed" || task.State != "blocked" {
+		t.Fatalf("after the reap: run 1 %s, task %s; want failed and blocked (retry)", task.Runs[0].State, task.State)
+	}
+	e.ok("retry", "fenced")
+	b := e.startWorker("B", "--lease", "3s")
+	task = e.waitTask("fenced", "done", 60*time.Second)
+	b.stop()
+	before := e.ok("show", "-o", "json", "fenced")
+	evs := e.events()
+	lastSeq := evs[len(evs)-1].Seq
+
+	// The first worker resumes: it must notice that the lease is lost (or
+	// be refused) and write nothing.
+	a.signal(syscall.SIGCONT)
+	e.eventually(30*time.Second, "worker A gives run 1 up", func() (bool, string) {
+		for _, l := range a.logLines() {
+			if l["run"] == r1.ID && (l["msg"] == "run.lost" || l["msg"] == "run.finish_refused") {
+				return true, ""
+			}
+			if l["run"] == r1.ID && l["msg"] == "run.finished" {
+				return true, "A recorded run 1 as finished"
+			}
+		}
+		return false, a.stderr.String()
+	})
+	a.stop()
+
+	after := e.ok("show", "-o", "json", "fenced")
+	if after != before {
+		t.Errorf("the stale worker changed the task:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	task = e.show("fenced")
+	if task.State != "done" || len(task.Runs) != 2 || task.Runs[0].State != "failed" || task.Runs[1].State != "succeeded" {
+		t.Errorf("final task %s with runs %v; want done, runs failed (reaped) then succeeded", task.State, task.Runs)
+	}
+	if task.Runs[0].ExitCode != nil {
+		t.Errorf("run 1 has exit_code %d: the stale worker's exit 0 was recorded", *task.Runs[0].ExitCode)
+	}
+	for _, ev := range e.events() {
+		if ev.Seq > lastSeq && (wkStr(ev.TaskID) == "fenced" || wkStr(ev.RunID) == r1.ID) {
+			t.Errorf("event after the takeover finished: %v", ev)
+		}
+	}
+	for _, l := range a.logLines() {
+		if l["run"] == r1.ID && l["msg"] == "run.finished" {
+			t.Errorf("stale worker A logged run 1 as finished: %v", l)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", r1.ID, "summary.json")); err == nil {
+		b, _ := os.ReadFile(filepath.Join(e.home, "runs", r1.ID, "summary.json"))
+		if strings.Contains(string(b), `"succeeded"`) {
+			t.Errorf("run 1's summary.json says succeeded: %s", b)
+		}
+	}
+}
+
+// ---- graceful stop ----
+
+// TestWorkerGracefulStop: SIGTERM while two runs live. The one that ends
+// within --grace is recorded as usual (done); the one that ignores
+// SIGTERM is killed (SIGTERM, SIGKILL 2 s later, grandchildren included)
+// and released: run cancelled (reason released), task back in todo with
+// no budget spent. The worker exits 0 within --grace + 3 s.
+func TestWorkerGracefulStop(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "short", "--shell", `touch short-started; while [ ! -e go ]; do sleep 0.05; done; echo short`)
+	e.ok("enqueue", "--id", "stubborn", "--retries", "1", "--shell",
+		`if [ "$CQ_ATTEMPT" -ge 2 ]; then exit 1; fi; trap "" TERM; touch stubborn-started; sleep 100 & sleep 100; wait`)
+	const grace = 2 * time.Second
+	w := e.startWorker("w", "--concurrency", "2", "--grace", grace.String())
+	e.waitFile("short-started")
+	e.waitFile("stubborn-started")
+	r := e.waitRunning("stubborn", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second)
+
+	sent := time.Now()
+	w.signal(syscall.SIGTERM)
+	if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code := w.wait(grace + 20*time.Second)
+	took := time.Since(sent)
+	if code != 0 {
+		t.Errorf("worker exited %d after SIGTERM, want 0", code)
+	}
+	if took > grace+3*time.Second {
+		t.Errorf("worker took %v to stop, want at most --grace + 3 s = %v", took.Round(time.Millisecond), grace+3*time.Second)
+	}
+	t.Logf("stopped in %v", took.Round(time.Millisecond))
+	w.checkLog()
+	e.waitProcs(r.ID, 0, 5*time.Second)
+
+	short := e.show("short")
+	if short.State != "done" || short.Runs[0].State != "succeeded" {
+		t.Errorf("short: task %s, run %s; want done and succeeded (it ended within the grace)", short.State, short.Runs[0].State)
+	}
+	st := e.show("stubborn")
+	if st.State != "todo" || len(st.Runs) != 1 || st.Runs[0].State != "cancelled" || wkStr(st.Runs[0].Reason) != "released" {
+		t.Fatalf("stubborn: task %s, runs %v; want todo, one run cancelled with reason released", st.State, st.Runs)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", r.ID, "summary.json")); err != nil {
+		t.Errorf("released run has no summary.json: %v", err)
+	}
+	// No budget spent: attempt 2 fails at once, and with --retries 1 that
+	// failure is retried (blocked), where a spent budget would fail it.
+	e.ok("queue", "set", "default", "--backoff", "1h")
+	w2 := e.startWorker("w2", "--once")
+	if code := w2.wait(60 * time.Second); code != 0 {
+		t.Fatalf("cq worker --once exited %d", code)
+	}
+	w2.checkLog()
+	st = e.show("stubborn")
+	if st.State != "blocked" || wkStr(st.BlockedReason) != "retry" || len(st.Runs) != 2 || st.Runs[1].State != "failed" {
+		t.Errorf("after a failed attempt 2: task %s (%s), runs %v; want blocked for a retry: the release spent no budget",
+			st.State, wkStr(st.BlockedReason), st.Runs)
+	}
+}
+
+// ---- more of section 6 ----
+
+// TestWorkerKeyLaneHoldsBack: inside one key lane, a task blocked for a
+// retry or by a hold holds back the tasks behind it; a task that ends
+// failed hands the lane on. Two workers with two slots each.
+func TestWorkerKeyLaneHoldsBack(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("queue", "set", "default", "--backoff", "1s")
+	log := e.path("log")
+	step := func(name, tail string) string {
+		return fmt.Sprintf(`echo "start %s $CQ_ATTEMPT" >> %s; %s; r=$?; echo "end %s $CQ_ATTEMPT" >> %s; exit $r`, name, log, tail, name, log)
+	}
+	ids := e.batch([]map[string]any{
+		{"id": "k1", "key": "k", "retries": 1, "shell": step("k1", `[ "$CQ_ATTEMPT" -ge 2 ]`)},
+		{"id": "k2", "key": "k", "priority": "P0", "shell": step("k2", "true")},
+		{"id": "k3", "key": "k", "shell": step("k3", "false")},
+		{"id": "k4", "key": "k", "shell": step("k4", "true")},
+		{"id": "k5", "key": "k", "hold": true, "shell": step("k5", "true")},
+		{"id": "k6", "key": "k", "priority": "P0", "shell": step("k6", "true")},
+	})
+	var workers []*wkWorker
+	for i := range 2 {
+		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "2"))
+	}
+	e.waitTask("k4", "done", 60*time.Second)
+	// k5 is held: k6 behind it must not start, although the workers are
+	// idle and claim other work.
+	e.ok("enqueue", "--id", "probe", "--", "true")
+	e.waitTask("probe", "done", 30*time.Second)
+	if k6 := e.show("k6"); k6.State != "todo" || len(k6.Runs) != 0 {
+		t.Fatalf("k6 is %s with %d runs while k5 ahead of it in the lane is held; want todo, no run", k6.State, len(k6.Runs))
+	}
+	e.ok("release", "k5")
+	e.waitAll(ids[4:], 60*time.Second)
+	got := strings.Join(e.readLines("log"), "|")
+	want := "start k1 1|end k1 1|start k1 2|end k1 2|start k2 1|end k2 1|start k3 1|end k3 1|" +
+		"start k4 1|end k4 1|start k5 1|end k5 1|start k6 1|end k6 1"
+	if got != want {
+		t.Errorf("lane ran as\n%s\nwant\n%s", strings.ReplaceAll(got, "|", "\n"), strings.ReplaceAll(want, "|", "\n"))
+	}
+	if k3 := e.show("k3"); k3.State != "failed" {
+		t.Errorf("k3 is %s, want failed", k3.State)
+	}
+	for _, w := range workers {
+		w.stop()
+	}
+}
+
+// TestWorkerLogsFollow: output goes straight to the run's files: cq logs
+// --follow prints a line the task wrote while the task still runs, and
+// ends (0) when the run ends, with all of the output.
+func TestWorkerLogsFollow(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "talk", "--shell", `echo first; while [ ! -e go ]; do sleep 0.05; done; echo second`)
+	w := e.startWorker("w")
+	e.waitRunning("talk", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := exec.CommandContext(ctx, "cq", "logs", "--follow", "talk")
+	f.Env, f.Dir = e.env, e.dir
+	out, err := f.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb wkBuffer
+	f.Stderr = &errb
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case l := <-lines:
+		if l != "first" {
+			t.Fatalf("cq logs --follow printed %q first, want %q", l, "first")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("cq logs --follow printed nothing while the task ran")
+	}
+	if task := e.show("talk"); task.State != "doing" {
+		t.Fatalf("task is %s, want still doing: the test proves nothing", task.State)
+	}
+	if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	if err := f.Wait(); err != nil {
+		t.Errorf("cq logs --follow: %v; stderr %q", err, errb.String())
+	}
+	if len(rest) != 1 || rest[0] != "second" {
+		t.Errorf("cq logs --follow printed %q after the first line, want [second]", rest)
+	}
+	w.stop()
+}
+
+// TestWorkerLeaseLostWhileStoreLocked: a worker that cannot write to the
+// store (another process holds SQLite's write lock) keeps its process
+// while its lease is valid, but at 2/3 of the TTL without a renewal it
+// kills the run's process group, so the old process is gone before
+// anyone else may take the task (lease 3 s: gone about 2-3 s after the
+// last renewal; 6 s allowed here). It then writes nothing more for that
+// run: the reaper ends it.
+func TestWorkerLeaseLostWhileStoreLocked(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "locked", "--shell", `sleep 100 & sleep 100; wait`)
+	w := e.startWorker("w", "--lease", "3s")
+	r := e.waitRunning("locked", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second)
+
+	d, err := sql.Open("sqlite3", "file:"+filepath.Join(e.home, "cq.db")+"?_busy_timeout=20000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	conn, err := d.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := time.Now()
+	unlock := func() {
+		if conn != nil {
+			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+			conn = nil
+		}
+	}
+	defer unlock()
+	var left []int
+	for time.Since(locked) < 6*time.Second {
+		if left = wkRunProcs(r.ID); len(left) == 0 {
+			break
+		}
+		time.Sleep(wkPoll)
+	}
+	gone := time.Since(locked)
+	unlock()
+	if len(left) > 0 {
+		t.Errorf("store locked for %v with a 3 s lease, and the run's processes still live: %s",
+			gone.Round(time.Millisecond), wkDescribeProcs(left))
+	} else {
+		t.Logf("the run's processes were gone %v after the store was locked", gone.Round(time.Millisecond))
+	}
+	e.waitProcs(r.ID, 0, 30*time.Second)
+	e.eventually(30*time.Second, "the worker logs that it lost the run", func() (bool, string) {
+		return strings.Contains(w.stderr.String(), `"run.lost"`), w.stderr.String()
+	})
+	// The worker wrote nothing for the run: it is still running in the
+	// store until the reaper ends it.
+	if task := e.show("locked"); task.Runs[0].State != "running" {
+		t.Errorf("the worker that lost its lease wrote run 1 as %s", task.Runs[0].State)
+	}
+	e.eventually(30*time.Second, "run 1 reaped", func() (bool, string) {
+		e.ok("heartbeat")
+		task := e.show("locked")
+		return task.Runs[0].State == "failed" && wkStr(task.Runs[0].Reason) == "lease_expired", task.Runs[0].String()
+	})
+	w.stop()
+}
+
+// TestWorkerCancelAfterExit: the process ended on its own (exit 0) after
+// the user's cancel but before the worker saw the cancel (the worker is
+// stopped meanwhile): the run ends succeeded and the task done (SPEC
+// section 3: cancelling → succeeded when the process ended on its own
+// before the kill), never cancelled. Which of the two the worker notices
+// first after SIGCONT is up to its scheduler, so the scene is played
+// several times.
+func TestWorkerCancelAfterExit(t *testing.T) {
+	e := wkNewEnv(t)
+	w := e.startWorker("w", "--grace", "5s")
+	const rounds = 5
+	var bad []string
+	for i := range rounds {
+		id := fmt.Sprintf("race%d", i)
+		e.ok("enqueue", "--id", id, "--shell", fmt.Sprintf(`touch started%d; while [ ! -e go%d ]; do sleep 0.05; done; echo finished`, i, i))
+		r := e.waitRunning(id, 1)
+		e.waitFile(fmt.Sprintf("started%d", i))
+		w.signal(syscall.SIGSTOP)
+		e.ok("cancel", id)
+		if task := e.show(id); task.Runs[0].State != "cancelling" {
+			t.Fatalf("after cq cancel the run is %s, want cancelling", task.Runs[0].State)
+		}
+		if err := os.WriteFile(e.path(fmt.Sprintf("go%d", i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.waitProcs(r.ID, 0, 30*time.Second) // ended, unreaped: a zombie of the stopped worker
+		w.signal(syscall.SIGCONT)
+		var task wkTask
+		e.eventually(30*time.Second, "task "+id+" terminal", func() (bool, string) {
+			task = e.show(id)
+			return task.State == "done" || task.State == "cancelled" || task.State == "failed", task.State
+		})
+		if task.State != "done" || task.Runs[0].State != "succeeded" {
+			bad = append(bad, fmt.Sprintf("%s: task %s, run %s (exit %v, signal %s)", id, task.State, task.Runs[0].State,
+				task.Runs[0].ExitCode != nil, wkStr(task.Runs[0].Signal)))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d of %d rounds: want task done and run succeeded, the process having exited 0 on its own before any kill:\n%s",
+			len(bad), rounds, strings.Join(bad, "\n"))
+	}
+	w.stop()
+}
+
+// TestWorkerKilledSetsidOrphan: "if the worker dies, however it dies,
+// every process of its runs dies too, grandchildren included; no orphan
+// survives a SIGKILLed worker" — a grandchild that left the run's process
+// group (setsid) is still a process of the run.
+func TestWorkerKilledSetsidOrphan(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "escape", "--shell", `setsid sleep 100 & sleep 100; wait`)
+	a := e.startWorker("A")
+	r := e.waitRunning("escape", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second)
+	a.signal(syscall.SIGKILL)
+	a.wait(10 * time.Second)
+	e.waitProcs(r.ID, 0, 10*time.Second)
+}
+
+// TestWorkerCancelWhileWorkerStopped: a user cancels a running task whose
+// worker is stopped (SIGSTOP, lease 3 s): the worker cannot confirm, so
+// the reaper ends the run when the lease expires (cancelling →
+// cancelled) and the task ends cancelled, not retried. When the worker
+// resumes it writes nothing more, and no process of the run is left.
+func TestWorkerCancelWhileWorkerStopped(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "frozen", "--retries", "3", "--shell", `sleep 100 & sleep 100; wait`)
+	a := e.startWorker("A", "--lease", "3s")
+	r := e.waitRunning("frozen", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second)
+	a.signal(syscall.SIGSTOP)
+	e.ok("cancel", "frozen")
+	var task wkTask
+	e.eventually(30*time.Second, "run 1 reaped by cq heartbeat", func() (bool, string) {
+		e.ok("heartbeat")
+		task = e.show("frozen")
+		return task.Runs[0].State != "cancelling", task.Runs[0].String()
+	})
+	if task.Runs[0].State != "cancelled" || task.State != "cancelled" {
+		t.Fatalf("after the reap: %v; want run and task cancelled", task)
+	}
+	before := e.ok("show", "-o", "json", "frozen")
+	evs := e.events()
+	lastSeq := evs[len(evs)-1].Seq
+
+	a.signal(syscall.SIGCONT)
+	e.eventually(30*time.Second, "worker A gives the run up", func() (bool, string) {
+		for _, l := range a.logLines() {
+			if l["run"] == r.ID && (l["msg"] == "run.lost" || l["msg"] == "run.finish_refused" || l["msg"] == "run.finished") {
+				return true, ""
+			}
+		}
+		return false, a.stderr.String()
+	})
+	e.waitProcs(r.ID, 0, 10*time.Second)
+	a.stop()
+	if after := e.ok("show", "-o", "json", "frozen"); after != before {
+		t.Errorf("the stale worker changed the task:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	for _, ev := range e.events() {
+		if ev.Seq > lastSeq {
+			t.Errorf("event after the reap: %v", ev)
+		}
+	}
+}
