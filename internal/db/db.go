@@ -121,7 +121,9 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// The version is read before anything is written: a database from a
 	// newer cq is refused untouched, even its journal mode.
 	if err := d.checkVersion(ctx); err != nil {
-		_ = sqldb.Close()
+		// Not closed: closing the last connection to a WAL database
+		// checkpoints it, which would rewrite the file we must leave
+		// untouched. The connection goes when the process does.
 		return nil, err
 	}
 	if err := d.walMode(ctx); err != nil {

@@ -3,7 +3,9 @@ package heartbeat
 import (
 	"context"
 	"os"
+	"math/rand/v2"
 	"path/filepath"
+	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -25,7 +27,7 @@ type CleanupOptions struct {
 // file system in small steps. It returns the counts per state.
 func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[string]int, error) {
 	if opt.Batch <= 0 {
-		opt.Batch = 500
+		opt.Batch = 200
 	}
 	counts := map[string]int{}
 	for _, state := range queue.CleanupStates {
@@ -34,9 +36,25 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			if err := ctx.Err(); err != nil {
 				return counts, err
 			}
+			began := time.Now()
 			n, runIDs, err := st.DeleteExpired(ctx, state, opt.Retention, opt.Batch)
 			if err != nil {
 				return counts, err
+			}
+			// Leave the write lock free for a while after each batch: a
+			// producer or worker in another process waits in SQLite's busy
+			// handler, which polls at up to 100 ms intervals, and would
+			// otherwise rarely find the lock free between back-to-back
+			// batches. Twice the batch's time, with jitter, keeps cleanup's
+			// share of the lock at about a third.
+			gap := max(2*time.Since(began), 10*time.Millisecond)
+			gap += time.Duration(rand.Int64N(int64(gap/2) + 1))
+			if n > 0 {
+				select {
+				case <-ctx.Done():
+					return counts, ctx.Err()
+				case <-time.After(gap):
+				}
 			}
 			for _, id := range runIDs {
 				if opt.Home != "" && id != "" {

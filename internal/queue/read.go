@@ -221,28 +221,46 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 	return t, nil
 }
 
+const runViewCols = `id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at, error, reason, created_at`
+
+func scanRunView(sc interface{ Scan(...any) error }) (Run, error) {
+	var r Run
+	var exit sql.NullInt64
+	var sig, worker, started, ended, errs, reason sql.NullString
+	if err := sc.Scan(&r.ID, &r.TaskID, &r.Attempt, &r.State, &exit, &sig, &worker, &started, &ended, &errs, &reason, &r.CreatedAt); err != nil {
+		return r, err
+	}
+	if exit.Valid {
+		v := int(exit.Int64)
+		r.ExitCode = &v
+	}
+	r.Signal, r.Worker, r.StartedAt, r.EndedAt = nsp(sig), nsp(worker), nsp(started), nsp(ended)
+	r.Error, r.Reason = nsp(errs), nsp(reason)
+	return r, nil
+}
+
+// runView reads one run as cq prints it.
+func runView(ctx context.Context, q querier, runID string) (*Run, error) {
+	r, err := scanRunView(q.QueryRowContext(ctx, `SELECT `+runViewCols+` FROM runs WHERE id = ?`, runID))
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // Runs returns a task's runs, oldest first.
 func (s *Store) Runs(ctx context.Context, taskID string) ([]Run, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at,
-		error, reason, created_at FROM runs WHERE task_id = ? ORDER BY attempt`, taskID)
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT `+runViewCols+` FROM runs WHERE task_id = ? ORDER BY attempt`, taskID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	runs := []Run{}
 	for rows.Next() {
-		var r Run
-		var exit sql.NullInt64
-		var sig, worker, started, ended, errs, reason sql.NullString
-		if err := rows.Scan(&r.ID, &r.TaskID, &r.Attempt, &r.State, &exit, &sig, &worker, &started, &ended, &errs, &reason, &r.CreatedAt); err != nil {
+		r, err := scanRunView(rows)
+		if err != nil {
 			return nil, err
 		}
-		if exit.Valid {
-			v := int(exit.Int64)
-			r.ExitCode = &v
-		}
-		r.Signal, r.Worker, r.StartedAt, r.EndedAt = nsp(sig), nsp(worker), nsp(started), nsp(ended)
-		r.Error, r.Reason = nsp(errs), nsp(reason)
 		runs = append(runs, r)
 	}
 	return runs, rows.Err()

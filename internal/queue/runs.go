@@ -96,61 +96,90 @@ func newToken() string {
 // queue), so its cost does not grow with tasks waiting behind busy lanes
 // or in paused queues.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (*Claimed, error) {
+	cs, err := s.ClaimN(ctx, p, 1)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	return cs[0], nil
+}
+
+// ClaimN claims up to n tasks, as Claim does, in one transaction.
+func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, error) {
+	var out []*Claimed
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		var err error
+		out, err = claimTx(ctx, tx, now, p, n)
+		return err
+	})
+	return out, err
+}
+
+// claimTx claims up to n tasks inside tx.
+func claimTx(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
 	}
-	var out *Claimed
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
-		out = nil
-		qs, err := claimableQueues(ctx, tx, p.Queues)
+	var out []*Claimed
+	for len(out) < n {
+		c, err := claimOne(ctx, tx, now, p)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var best *taskRow
-		var bestQ *queueRow
-		for _, q := range qs {
-			t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_claim
-				WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, q.Name))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if best == nil || t.Priority < best.Priority || (t.Priority == best.Priority && t.Seq < best.Seq) {
-				best, bestQ = t, q
-			}
+		if c == nil {
+			break
 		}
-		if best == nil {
-			return nil
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func claimOne(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams) (*Claimed, error) {
+	qs, err := claimableQueues(ctx, tx, p.Queues)
+	if err != nil {
+		return nil, err
+	}
+	var best *taskRow
+	var bestQ *queueRow
+	for _, q := range qs {
+		t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_claim
+			WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, q.Name))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
 		}
-		attempt := best.Attempts + 1
-		if err := casTask(ctx, tx, now, best, TaskDoing, "", "", `attempts = ?, todo_at = NULL`, attempt); err != nil {
-			return err
-		}
-		c := &Claimed{TaskID: best.ID, RunID: NewID(now), Token: newToken(), Attempt: attempt, Queue: best.Queue,
-			LeaseExpires: now.Add(p.Lease)}
-		_ = json.Unmarshal([]byte(best.Spec), &c.Spec)
-		c.Spec.ID = best.ID
-		if c.Spec.Timeout != "" {
-			c.Timeout, _ = ParseDuration(c.Spec.Timeout)
-		} else {
-			c.Timeout = time.Duration(bestQ.TimeoutMS) * time.Millisecond
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
-			lease_expires_at, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`,
-			c.RunID, c.TaskID, attempt, c.Queue, nullable(p.Worker), nullable(p.Host), c.Token, FormatTime(c.LeaseExpires), FormatTime(now))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
-			Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
-			return err
+		if best == nil || t.Priority < best.Priority || (t.Priority == best.Priority && t.Seq < best.Seq) {
+			best, bestQ = t, q
 		}
-		out = c
-		return nil
-	})
-	return out, err
+	}
+	if best == nil {
+		return nil, nil
+	}
+	attempt := best.Attempts + 1
+	if err := casTask(ctx, tx, now, best, TaskDoing, "", "", `attempts = ?, todo_at = NULL`, attempt); err != nil {
+		return nil, err
+	}
+	c := &Claimed{TaskID: best.ID, RunID: NewID(now), Token: newToken(), Attempt: attempt, Queue: best.Queue,
+		LeaseExpires: now.Add(p.Lease)}
+	_ = json.Unmarshal([]byte(best.Spec), &c.Spec)
+	c.Spec.ID = best.ID
+	if c.Spec.Timeout != "" {
+		c.Timeout, _ = ParseDuration(c.Spec.Timeout)
+	} else {
+		c.Timeout = time.Duration(bestQ.TimeoutMS) * time.Millisecond
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
+		lease_expires_at, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`,
+		c.RunID, c.TaskID, attempt, c.Queue, nullable(p.Worker), nullable(p.Host), c.Token, FormatTime(c.LeaseExpires), FormatTime(now))
+	if err != nil {
+		return nil, err
+	}
+	if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
+		Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // claimableQueues are the queues a claim may take from now: not paused,
@@ -228,19 +257,48 @@ func fenced(runID string) error {
 // A lost CAS (cancelled or reaped meanwhile, or another token) means the
 // worker must kill the process group it just started.
 func (s *Store) StartRun(ctx context.Context, runID, token string, pid, pgid int) error {
-	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
-		r, err := getRun(ctx, tx, runID)
-		if err != nil {
-			return err
+	errs, err := s.StartRuns(ctx, []Start{{RunID: runID, Token: token, Pid: pid, Pgid: pgid}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// Start is one run whose process has started.
+type Start struct {
+	RunID, Token string
+	Pid, Pgid    int
+}
+
+// StartRuns records several starts in one transaction; errs[i] is the
+// outcome of starts[i] (a conflict: kill that run's group).
+func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, err error) {
+	err = s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		errs = make([]error, len(starts))
+		for i, st := range starts {
+			errs[i] = startTx(ctx, tx, now, st)
+			if errs[i] != nil && !IsConflict(errs[i]) && !IsNotFound(errs[i]) {
+				return errs[i]
+			}
 		}
-		if r.Token != token {
-			return fenced(runID)
-		}
-		if r.State != RunQueued {
-			return conflictf("run %s is %s, not queued", runID, r.State)
-		}
-		return casRunToken(ctx, tx, now, r, RunRunning, "", `started_at = ?, pid = ?, pgid = ?`, FormatTime(now), pid, pgid)
+		return nil
 	})
+	return errs, err
+}
+
+// startTx is one queued → running CAS; it writes nothing if it fails.
+func startTx(ctx context.Context, tx *sql.Tx, now time.Time, st Start) error {
+	r, err := getRun(ctx, tx, st.RunID)
+	if err != nil {
+		return err
+	}
+	if r.Token != st.Token {
+		return fenced(st.RunID)
+	}
+	if r.State != RunQueued {
+		return conflictf("run %s is %s, not queued", st.RunID, r.State)
+	}
+	return casRunToken(ctx, tx, now, r, RunRunning, "", `started_at = ?, pid = ?, pgid = ?`, FormatTime(now), st.Pid, st.Pgid)
 }
 
 // casRunToken is casRun guarded by the run's lease token as well.
@@ -343,18 +401,96 @@ type Outcome struct {
 // its task cancelled unless it succeeded. Every write is guarded by the
 // lease token: a fenced worker gets a conflict and changes nothing.
 func (s *Store) FinishRun(ctx context.Context, runID, token string, o Outcome) (taskState string, err error) {
-	err = s.write(ctx, func(tx *sql.Tx, now time.Time) error {
-		r, err := getRun(ctx, tx, runID)
-		if err != nil {
+	res, err := s.FinishRuns(ctx, []Finish{{RunID: runID, Token: token, Outcome: o}}, nil)
+	if err != nil {
+		return "", err
+	}
+	return res.Finished[0].TaskState, res.Finished[0].Err
+}
+
+// Finish is one run's end as its worker saw it. Release gives the run
+// back instead (graceful stop).
+type Finish struct {
+	RunID, Token string
+	Outcome      Outcome
+	Release      bool
+}
+
+// Finished is what recording one Finish did.
+type Finished struct {
+	TaskState string
+	// Run is the run as stored now, for its summary.json.
+	Run *Run
+	Err error
+}
+
+// FinishResult is the outcome of FinishRuns.
+type FinishResult struct {
+	Finished []Finished
+	Claimed  []*Claimed
+}
+
+// FinishRuns records several ends in one transaction, each on its own (a
+// refused one changes nothing and does not stop the others), and then, if
+// claim is set, claims up to claim.N tasks in the same transaction, so
+// that a busy worker pays one commit per cycle instead of one per step.
+func (s *Store) FinishRuns(ctx context.Context, fs []Finish, claim *ClaimN) (FinishResult, error) {
+	var res FinishResult
+	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		res = FinishResult{Finished: make([]Finished, len(fs))}
+		for i, f := range fs {
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT finish`); err != nil {
+				return err
+			}
+			st, err := finishTx(ctx, tx, now, f)
+			if err != nil {
+				if !IsConflict(err) && !IsNotFound(err) {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, `ROLLBACK TO finish`); err != nil {
+					return err
+				}
+				res.Finished[i].Err = err
+			} else {
+				res.Finished[i].TaskState = st
+				res.Finished[i].Run, _ = runView(ctx, tx, f.RunID)
+			}
+			if _, err := tx.ExecContext(ctx, `RELEASE finish`); err != nil {
+				return err
+			}
+		}
+		if claim != nil && claim.N > 0 {
+			var err error
+			res.Claimed, err = claimTx(ctx, tx, now, claim.Params, claim.N)
 			return err
 		}
-		if r.Token != token {
-			return fenced(runID)
-		}
-		taskState, err = endRun(ctx, tx, now, r, o, "")
-		return err
+		return nil
 	})
-	return taskState, err
+	return res, err
+}
+
+// ClaimN asks FinishRuns to claim up to N tasks after recording the ends.
+type ClaimN struct {
+	Params ClaimParams
+	N      int
+}
+
+func finishTx(ctx context.Context, tx *sql.Tx, now time.Time, f Finish) (string, error) {
+	r, err := getRun(ctx, tx, f.RunID)
+	if err != nil {
+		return "", err
+	}
+	if r.Token != f.Token {
+		return "", fenced(f.RunID)
+	}
+	if f.Release {
+		reason := "released"
+		if r.State == RunCancelling {
+			reason = ""
+		}
+		return endRun(ctx, tx, now, r, Outcome{State: RunCancelled}, reason)
+	}
+	return endRun(ctx, tx, now, r, f.Outcome, "")
 }
 
 // endRun moves a live run to its terminal state and decides its task.
@@ -537,23 +673,11 @@ func releaseDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep strin
 // cancelled (reason released) and its task returns to todo, spending no
 // retry budget. A run a user was cancelling ends its task cancelled.
 func (s *Store) ReleaseRun(ctx context.Context, runID, token string) (string, error) {
-	var taskState string
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
-		r, err := getRun(ctx, tx, runID)
-		if err != nil {
-			return err
-		}
-		if r.Token != token {
-			return fenced(runID)
-		}
-		reason := "released"
-		if r.State == RunCancelling {
-			reason = ""
-		}
-		taskState, err = endRun(ctx, tx, now, r, Outcome{State: RunCancelled}, reason)
-		return err
-	})
-	return taskState, err
+	res, err := s.FinishRuns(ctx, []Finish{{RunID: runID, Token: token, Release: true}}, nil)
+	if err != nil {
+		return "", err
+	}
+	return res.Finished[0].TaskState, res.Finished[0].Err
 }
 
 // Reaped is a run the reaper ended because its lease expired.

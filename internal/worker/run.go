@@ -139,33 +139,27 @@ func (r *run) exited() bool {
 
 var handlerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
-// start spawns a claimed task in its own process group, its output going
-// straight to the run's files, and records queued → running. Failures to
-// spawn are recorded as the run's outcome.
-func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
+// spawn starts a claimed task's process in its own process group, its
+// output going straight to the run's files. It returns the run, or the
+// outcome to record when the process could not be started.
+func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	r := &run{c: c, dir: filepath.Join(w.opt.Home, "runs", c.RunID)}
-	log := w.log.With("task", c.TaskID, "run", c.RunID, "attempt", c.Attempt)
-	fail := func(class, msg string) {
-		log.Warn("run.spawn_failed", "error", msg)
-		w.record(ctx, r, queue.Outcome{State: queue.RunFailed, Class: class, Error: msg})
-	}
-	if err := os.MkdirAll(filepath.Join(w.opt.Home, "runs"), 0o700); err != nil {
-		fail(queue.ClassTransient, "run folder: "+err.Error())
-		return
+	fail := func(class, msg string) (*run, *queue.Outcome) {
+		w.log.Warn("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg)
+		return r, &queue.Outcome{State: queue.RunFailed, Class: class, Error: msg}
 	}
 	if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		fail(queue.ClassTransient, "run folder: "+err.Error())
-		return
+		if err := os.MkdirAll(r.dir, 0o700); err != nil {
+			return fail(queue.ClassTransient, "run folder: "+err.Error())
+		}
 	}
 	var err error
 	if r.stdout, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stdout.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
-		fail(queue.ClassTransient, "stdout.log: "+err.Error())
-		return
+		return fail(queue.ClassTransient, "stdout.log: "+err.Error())
 	}
 	if r.stderr, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stderr.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
 		r.stdout.Close()
-		fail(queue.ClassTransient, "stderr.log: "+err.Error())
-		return
+		return fail(queue.ClassTransient, "stderr.log: "+err.Error())
 	}
 	closeFiles := func() {
 		r.stdout.Close()
@@ -173,7 +167,7 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 	}
 
 	sp := c.Spec
-	env := append(os.Environ(),
+	env := append(w.environ[:len(w.environ):len(w.environ)],
 		"CQ_TASK_ID="+c.TaskID, "CQ_RUN_ID="+c.RunID, "CQ_ATTEMPT="+strconv.Itoa(c.Attempt), "CQ_HOME="+w.opt.Home)
 	for k, v := range sp.Env {
 		env = append(env, k+"="+v)
@@ -188,8 +182,7 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 		if msg != "" {
 			closeFiles()
 			// A missing handler fails the run and is not retried.
-			fail(queue.ClassNone, msg)
-			return
+			return fail(queue.ClassNone, msg)
 		}
 		payload := filepath.Join(r.dir, "payload.json")
 		body := []byte(sp.Payload)
@@ -198,8 +191,7 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 		}
 		if err := writePrivate(payload, body); err != nil {
 			closeFiles()
-			fail(queue.ClassTransient, "payload: "+err.Error())
-			return
+			return fail(queue.ClassTransient, "payload: "+err.Error())
 		}
 		argv, stdin = []string{path}, payload
 		env = append(env, "CQ_PAYLOAD_FILE="+payload)
@@ -209,15 +201,13 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 	in, err := os.Open(stdin)
 	if err != nil {
 		closeFiles()
-		fail(queue.ClassTransient, "stdin: "+err.Error())
-		return
+		return fail(queue.ClassTransient, "stdin: "+err.Error())
 	}
 	defer in.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cmd.Err != nil {
 		closeFiles()
-		fail(queue.ClassTransient, "spawn: "+cmd.Err.Error())
-		return
+		return fail(queue.ClassTransient, "spawn: "+cmd.Err.Error())
 	}
 	cmd.Env, cmd.Dir = env, sp.Cwd
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, r.stdout, r.stderr
@@ -227,32 +217,73 @@ func (w *Worker) start(ctx context.Context, c *queue.Claimed) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		closeFiles()
-		fail(queue.ClassTransient, "spawn: "+err.Error())
-		return
+		return fail(queue.ClassTransient, "spawn: "+err.Error())
 	}
 	r.cmd, r.pgid, r.started = cmd, cmd.Process.Pid, time.Now()
 	r.renewed(time.Now())
 	w.sup.add(r.pgid, c.RunID)
-	if err := w.st.StartRun(ctx, c.RunID, c.Token, cmd.Process.Pid, r.pgid); err != nil {
-		// Cancelled or taken over meanwhile: the run is not ours to run.
-		log.Warn("run.start_refused", "error", err.Error())
-		signalGroup(r.pgid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		w.sup.del(r.pgid, c.RunID)
-		closeFiles()
-		return
+	return r, nil
+}
+
+// launch starts claimed tasks and records their starts (queued →
+// running) in one transaction. A start the store refuses (cancelled or
+// taken over meanwhile) is not ours to run: its group is killed.
+func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
+	var spawned []*run
+	var failed []ending
+	for _, c := range claims {
+		r, o := w.spawn(c)
+		if o != nil {
+			failed = append(failed, ending{r: r, f: queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: *o}})
+			continue
+		}
+		spawned = append(spawned, r)
 	}
-	log.Info("run.started", "pid", r.pgid, "queue", c.Queue)
-	w.mu.Lock()
-	w.runs[c.RunID] = r
-	w.mu.Unlock()
-	if c.Timeout > 0 {
-		r.timer = time.AfterFunc(c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
+	if len(spawned) > 0 {
+		starts := make([]queue.Start, len(spawned))
+		for i, r := range spawned {
+			starts[i] = queue.Start{RunID: r.c.RunID, Token: r.c.Token, Pid: r.pgid, Pgid: r.pgid}
+		}
+		var errs []error
+		var err error
+		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+			errs, err = w.st.StartRuns(context.WithoutCancel(ctx), starts)
+			if err == nil || time.Since(spawned[0].renewedAt()) >= 2*w.opt.Lease/3 {
+				break
+			}
+			w.log.Error("store.error", "op", "start", "error", err.Error(), "retry_in", delay.String())
+			time.Sleep(delay)
+		}
+		for i, r := range spawned {
+			if err != nil || errs[i] != nil {
+				why := err
+				if why == nil {
+					why = errs[i]
+				}
+				w.log.Warn("run.start_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", why.Error())
+				signalGroup(r.pgid, syscall.SIGKILL)
+				_ = r.cmd.Wait()
+				w.sup.del(r.pgid, r.c.RunID)
+				r.stdout.Close()
+				r.stderr.Close()
+				continue
+			}
+			w.log.Info("run.started", "task", r.c.TaskID, "run", r.c.RunID, "attempt", r.c.Attempt, "pid", r.pgid, "queue", r.c.Queue)
+			w.mu.Lock()
+			w.runs[r.c.RunID] = r
+			w.mu.Unlock()
+			if r.c.Timeout > 0 {
+				r.timer = time.AfterFunc(r.c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
+			}
+			go func() {
+				r.waitErr = r.cmd.Wait()
+				w.exited <- r
+			}()
+		}
 	}
-	go func() {
-		r.waitErr = cmd.Wait()
-		w.exited <- r
-	}()
+	if len(failed) > 0 {
+		w.record(ctx, failed, 0)
+	}
 }
 
 // handler finds the intent's executable in the handlers folder; the
@@ -285,8 +316,45 @@ func writePrivate(path string, body []byte) error {
 	return f.Close()
 }
 
-// finish records the outcome of a run whose process ended.
-func (w *Worker) finish(ctx context.Context, r *run) {
+// ending is a run's end waiting to be recorded.
+type ending struct {
+	r *run
+	f queue.Finish
+}
+
+// finish records the outcome of a run whose process ended, together with
+// any others that ended meanwhile, and (unless the worker is stopping)
+// claims as many new tasks in the same transaction, then starts them.
+func (w *Worker) finish(ctx context.Context, first *run) {
+	batch := []*run{first}
+more:
+	for len(batch) < cap(w.exited) {
+		select {
+		case r := <-w.exited:
+			batch = append(batch, r)
+		default:
+			break more
+		}
+	}
+	var ends []ending
+	for _, r := range batch {
+		if e, ok := w.ended(r); ok {
+			ends = append(ends, e)
+		}
+	}
+	claimN := 0
+	if !w.stopping && ctx.Err() == nil {
+		claimN = w.opt.Concurrency - w.live()
+	}
+	if len(ends) == 0 && claimN == 0 {
+		return
+	}
+	w.launch(ctx, w.record(ctx, ends, claimN))
+}
+
+// ended cleans up after a run's process and works out its outcome; false
+// means nothing is to be written (the lease is lost).
+func (w *Worker) ended(r *run) (ending, bool) {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -312,9 +380,11 @@ func (w *Worker) finish(ctx context.Context, r *run) {
 	if r.isLost() {
 		// The lease is gone: someone else owns the task now, and this
 		// worker writes nothing more for the run.
-		return
+		return ending{}, false
 	}
-	o := queue.Outcome{State: queue.RunSucceeded}
+	e := ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token}}
+	o := &e.f.Outcome
+	o.State = queue.RunSucceeded
 	var ee *exec.ExitError
 	switch {
 	case r.waitErr == nil:
@@ -340,64 +410,71 @@ func (w *Worker) finish(ctx context.Context, r *run) {
 	case killCancel:
 		o.State, o.Class = queue.RunCancelled, ""
 	case killRelease:
-		w.release(ctx, r)
-		return
+		e.f.Release = true
 	}
 	if outputErr != "" && o.Error == "" {
 		o.Error = outputErr
 	}
-	w.record(ctx, r, o)
+	return e, true
 }
 
-// record writes a run's outcome and its summary.json, retrying while the
-// store is unreachable and the lease still holds.
-func (w *Worker) record(ctx context.Context, r *run, o queue.Outcome) {
-	log := w.log.With("task", r.c.TaskID, "run", r.c.RunID)
+// record writes runs' ends (and claims up to claimN tasks in the same
+// commit), retrying while the store is unreachable and the leases hold;
+// it logs each end, writes its summary.json, and returns the claims.
+func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue.Claimed {
+	fs := make([]queue.Finish, len(ends))
+	for i, e := range ends {
+		fs[i] = e.f
+	}
+	var claim *queue.ClaimN
+	if claimN > 0 {
+		claim = &queue.ClaimN{Params: w.claimParams(), N: claimN}
+	}
 	ctx = context.WithoutCancel(ctx)
-	var taskState string
+	var res queue.FinishResult
 	var err error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		taskState, err = w.st.FinishRun(ctx, r.c.RunID, r.c.Token, o)
-		// Give up once the lease would be void: the run will be reaped and
-		// run again elsewhere.
-		if err == nil || queue.IsConflict(err) || queue.IsNotFound(err) || time.Since(r.renewedAt()) >= 2*w.opt.Lease/3 {
+		res, err = w.st.FinishRuns(ctx, fs, claim)
+		// Give up once the leases would be void: the runs will be reaped
+		// and run again elsewhere.
+		if err == nil || len(ends) == 0 || time.Since(ends[0].r.renewedAt()) >= 2*w.opt.Lease/3 {
 			break
 		}
-		log.Error("store.error", "op", "finish", "error", err.Error(), "retry_in", delay.String())
+		w.log.Error("store.error", "op", "finish", "error", err.Error(), "retry_in", delay.String())
 		time.Sleep(delay)
 	}
 	if err != nil {
-		log.Warn("run.finish_refused", "error", err.Error())
-		return
+		w.log.Error("store.error", "op", "finish", "error", err.Error())
+		return nil
 	}
-	attrs := []any{"state", o.State, "task_state", taskState}
-	if o.ExitCode != nil {
-		attrs = append(attrs, "exit_code", *o.ExitCode)
+	for i, e := range ends {
+		f := res.Finished[i]
+		log := w.log.With("task", e.r.c.TaskID, "run", e.r.c.RunID)
+		if f.Err != nil {
+			log.Warn("run.finish_refused", "error", f.Err.Error())
+			continue
+		}
+		if e.f.Release {
+			log.Info("run.released", "task_state", f.TaskState)
+		} else {
+			o := e.f.Outcome
+			attrs := []any{"state", o.State, "task_state", f.TaskState}
+			if o.ExitCode != nil {
+				attrs = append(attrs, "exit_code", *o.ExitCode)
+			}
+			if o.Signal != "" {
+				attrs = append(attrs, "signal", o.Signal)
+			}
+			if !e.r.started.IsZero() {
+				attrs = append(attrs, "duration_seconds", time.Since(e.r.started).Seconds())
+			}
+			log.Info("run.finished", attrs...)
+		}
+		if f.Run != nil {
+			heartbeat.SaveSummary(w.opt.Home, *f.Run)
+		}
 	}
-	if o.Signal != "" {
-		attrs = append(attrs, "signal", o.Signal)
-	}
-	if !r.started.IsZero() {
-		attrs = append(attrs, "duration_seconds", time.Since(r.started).Seconds())
-	}
-	log.Info("run.finished", attrs...)
-	w.summary(ctx, r)
-}
-
-// release gives a run back at graceful stop.
-func (w *Worker) release(ctx context.Context, r *run) {
-	st, err := w.st.ReleaseRun(context.WithoutCancel(ctx), r.c.RunID, r.c.Token)
-	if err != nil {
-		w.log.Warn("run.release_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())
-		return
-	}
-	w.log.Info("run.released", "task", r.c.TaskID, "run", r.c.RunID, "task_state", st)
-	w.summary(ctx, r)
-}
-
-// summary writes runs/<run_id>/summary.json.
-func (w *Worker) summary(ctx context.Context, r *run) {
-	heartbeat.WriteSummary(ctx, w.st, w.opt.Home, r.c.TaskID, r.c.RunID)
+	return res.Claimed
 }
 
 func intp(n int) *int { return &n }

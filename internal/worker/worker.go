@@ -85,6 +85,11 @@ type Worker struct {
 
 	exited chan *run
 	wake   chan struct{}
+
+	// environ is the worker's environment, the base of every run's.
+	environ []string
+	// stopping is set (on the loop's goroutine) once a graceful stop began.
+	stopping bool
 }
 
 // New makes a worker over st.
@@ -96,11 +101,12 @@ func New(st *queue.Store, opt Options) *Worker {
 	}
 	return &Worker{
 		st: st, opt: opt, host: host,
-		id:     fmt.Sprintf("%s:%d", host, os.Getpid()),
-		log:    opt.Log,
-		runs:   map[string]*run{},
-		exited: make(chan *run, 64),
-		wake:   make(chan struct{}, 1),
+		id:      fmt.Sprintf("%s:%d", host, os.Getpid()),
+		log:     opt.Log,
+		runs:    map[string]*run{},
+		exited:  make(chan *run, 256),
+		wake:    make(chan struct{}, 1),
+		environ: os.Environ(),
 	}
 }
 
@@ -227,17 +233,22 @@ func (w *Worker) fill(ctx context.Context) (bool, error) {
 		if !ok {
 			return claimed, nil
 		}
-		c, err := w.st.Claim(ctx, queue.ClaimParams{Worker: w.id, Host: w.host, Queues: w.opt.Queues, Lease: w.opt.Lease})
+		cs, err := w.st.ClaimN(ctx, w.claimParams(), w.opt.Concurrency-w.live())
 		if err != nil {
 			return claimed, err
 		}
-		if c == nil {
+		if len(cs) == 0 {
 			return claimed, nil
 		}
 		claimed = true
-		w.start(ctx, c)
+		w.launch(ctx, cs)
 	}
 	return claimed, nil
+}
+
+// claimParams says who this worker is and what it takes.
+func (w *Worker) claimParams() queue.ClaimParams {
+	return queue.ClaimParams{Worker: w.id, Host: w.host, Queues: w.opt.Queues, Lease: w.opt.Lease}
 }
 
 // maintain runs the in-process maintenance pass; a system with workers and
@@ -334,6 +345,7 @@ func (w *Worker) watch() func() {
 // (task back to todo, no budget spent).
 func (w *Worker) stop() error {
 	ctx := context.Background()
+	w.stopping = true
 	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
 	deadline := time.After(w.opt.Grace)
 	killed := false
