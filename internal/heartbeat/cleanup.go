@@ -2,8 +2,8 @@ package heartbeat
 
 import (
 	"context"
-	"os"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"time"
 
