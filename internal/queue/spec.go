@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -38,22 +39,66 @@ type Spec struct {
 }
 
 var (
-	idPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	intentPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	// durationPattern is a Go duration with a d (days) unit as well.
-	durationPattern = regexp.MustCompile(`^[-+]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d))+)$`)
-	durationToken   = regexp.MustCompile(`(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d)`)
+	// The patterns are compiled on first use, not at start-up: every cq
+	// command pays for package initialisation, and most never parse a
+	// duration.
+	durationPattern = sync.OnceValue(func() *regexp.Regexp {
+		// A Go duration with a d (days) unit as well.
+		return regexp.MustCompile(`^[-+]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d))+)$`)
+	})
+	durationToken = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h|d)`)
+	})
 )
 
 // MaxKeyLen bounds --key.
 const MaxKeyLen = 256
 
 // ValidID reports whether s may be a task id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+func ValidID(s string) bool {
+	// [A-Za-z0-9][A-Za-z0-9._:-]{0,127}
+	if len(s) == 0 || len(s) > 128 || !alnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidIntent reports whether s may name an intent handler:
+// ^[A-Za-z0-9][A-Za-z0-9_.-]*$.
+func ValidIntent(s string) bool {
+	if len(s) == 0 || !alnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnvKey(s string) bool {
+	// ^[A-Za-z_][A-Za-z0-9_]*$
+	if len(s) == 0 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 
 // ValidQueueName reports whether s may name a queue (the id pattern).
-func ValidQueueName(s string) bool { return idPattern.MatchString(s) }
+func ValidQueueName(s string) bool { return ValidID(s) }
 
 // ParseSpecJSON decodes one JSONL line strictly: one object, no unknown
 // fields, nothing after it.
@@ -98,12 +143,12 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, invalidf("empty duration")
 	}
 	bad := invalidf("invalid duration %q (want e.g. 90s, 1h30m, 30d)", s)
-	if !durationPattern.MatchString(in) {
+	if !durationPattern().MatchString(in) {
 		return 0, bad
 	}
 	// Each whole number-and-unit token with unit d becomes hours; the
 	// pattern above guarantees tokens never split a number.
-	conv := durationToken.ReplaceAllStringFunc(in, func(tok string) string {
+	conv := durationToken().ReplaceAllStringFunc(in, func(tok string) string {
 		if !strings.HasSuffix(tok, "d") {
 			return tok
 		}
@@ -176,7 +221,7 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if n.Intent != "" {
 		kinds++
-		if !intentPattern.MatchString(n.Intent) {
+		if !ValidIntent(n.Intent) {
 			return n, invalidf("invalid intent name %q (want ^[A-Za-z0-9][A-Za-z0-9_.-]*$)", n.Intent)
 		}
 	}
@@ -289,7 +334,7 @@ func (s Spec) Normalize() (Spec, error) {
 		n.Env = nil
 	}
 	for k, v := range n.Env {
-		if !envKeyPattern.MatchString(k) {
+		if !validEnvKey(k) {
 			return n, invalidf("invalid environment variable name %q", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {

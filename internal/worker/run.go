@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -136,8 +135,6 @@ func (r *run) exited() bool {
 	// Linux zeroes info when no child is waitable; SIGCHLD marks one that is.
 	return info.Signo == int32(unix.SIGCHLD)
 }
-
-var handlerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // spawn starts a claimed task's process in its own process group, its
 // output going straight to the run's files. It returns the run, or the
@@ -289,7 +286,7 @@ func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
 // handler finds the intent's executable in the handlers folder; the
 // message says why it cannot run.
 func (w *Worker) handler(name string) (string, string) {
-	if !handlerName.MatchString(name) {
+	if !queue.ValidIntent(name) {
 		return "", fmt.Sprintf("missing handler: invalid intent name %q", name)
 	}
 	dir := w.opt.Handlers
