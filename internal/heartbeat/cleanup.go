@@ -41,19 +41,9 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			if err != nil {
 				return counts, err
 			}
-			// Leave the write lock free for a while after each batch: a
-			// producer or worker in another process waits in SQLite's busy
-			// handler, which polls at up to 100 ms intervals, and would
-			// otherwise rarely find the lock free between back-to-back
-			// batches. Twice the batch's time, with jitter, keeps cleanup's
-			// share of the lock at about a third.
-			gap := max(2*time.Since(began), 10*time.Millisecond)
-			gap += time.Duration(rand.Int64N(int64(gap/2) + 1))
 			if n > 0 {
-				select {
-				case <-ctx.Done():
-					return counts, ctx.Err()
-				case <-time.After(gap):
+				if err := pause(ctx, time.Since(began)); err != nil {
+					return counts, err
 				}
 			}
 			for _, id := range runIDs {
@@ -70,10 +60,32 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			}
 		}
 	}
+	// Freed pages go back in small steps with the same pauses, for the
+	// same reason.
 	for {
-		freed, err := st.IncrementalVacuum(ctx, 2000)
+		began := time.Now()
+		freed, err := st.IncrementalVacuum(ctx, 256)
 		if err != nil || freed == 0 {
 			return counts, err
 		}
+		if err := pause(ctx, time.Since(began)); err != nil {
+			return counts, err
+		}
+	}
+}
+
+// pause leaves the write lock free for a while after a step that held it
+// for took: a producer or worker in another process waits in SQLite's
+// busy handler, which polls at up to 100 ms intervals, and would otherwise
+// rarely find the lock free between back-to-back steps. Twice the step's
+// time, with jitter, keeps cleanup's share of the lock at about a third.
+func pause(ctx context.Context, took time.Duration) error {
+	gap := max(2*took, 10*time.Millisecond)
+	gap += time.Duration(rand.Int64N(int64(gap/2) + 1))
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(gap):
+		return nil
 	}
 }

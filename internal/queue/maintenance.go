@@ -54,13 +54,20 @@ func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
 
 // PromoteReady is the safety net behind the event-driven promotions: a
 // blocked task that nothing blocks any more (no hold, every dependency
-// done, no time to wait for) goes to todo.
+// done, no time to wait for) goes to todo. The dependency count is
+// checked against the dependencies themselves, so a stale count heals too.
 func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
 	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
 		n = 0
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = 0
+			WHERE state = 'blocked' AND deps_left > 0 AND id IN (SELECT id FROM tasks WHERE state = 'blocked' AND deps_left > 0 LIMIT 1000)
+			AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.dep_id
+				WHERE d.task_id = tasks.id AND dep.state != 'done')`); err != nil {
+			return err
+		}
 		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
-			WHERE state = 'blocked' AND hold = 0 AND deps_left = 0 AND not_before IS NULL LIMIT 1000`)
+			WHERE state = 'blocked' AND hold = 0 AND deps_left = 0 AND (not_before IS NULL OR not_before <= ?) LIMIT 1000`, FormatTime(now))
 		if err != nil {
 			return err
 		}
@@ -70,7 +77,7 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 		}
 		for _, t := range ready {
 			if err := casTask(ctx, tx, now, t, TaskTodo, "", "nothing blocks it",
-				`blocked_reason = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+				`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
 				return err
 			}
 			n++

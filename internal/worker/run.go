@@ -374,9 +374,11 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	w.mu.Lock()
 	delete(w.runs, r.c.RunID)
 	w.mu.Unlock()
-	if r.isLost() {
-		// The lease is gone: someone else owns the task now, and this
-		// worker writes nothing more for the run.
+	if r.isLost() || time.Since(r.renewedAt()) >= 2*w.opt.Lease/3 {
+		// The lease is gone (or as good as gone: a worker frozen past 2/3
+		// of its TTL may resume before its watchdog notices): someone else
+		// may own the task now, and this worker writes nothing more for it.
+		r.markLost()
 		return ending{}, false
 	}
 	e := ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token}}

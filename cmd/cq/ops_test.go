@@ -1,0 +1,875 @@
+package main
+
+// The operational commands proven through the real binary (SPEC sections
+// 5, 7, 8): cq heartbeat, cq cleanup, cq health.
+//
+// TestOpsScripts runs testdata/ops/*.txtar with the custom commands of
+// script_test.go (status, jq, envout, mode, sql, lines, waitlines). The Go
+// tests below need what a script cannot do well: fixtures with times
+// relative to now, the Prometheus parser and linter, and many cq
+// processes at once. Every wait is a poll on a condition with a deadline;
+// nothing sleeps to fix a race.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+func TestOpsScripts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "ops", "*.txtar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no scripts in testdata/ops")
+	}
+	testscript.Run(t, scriptParams(files))
+}
+
+// opsEnv is one CQ_HOME and the environment of the cq processes run on it.
+type opsEnv struct {
+	t    *testing.T
+	dir  string
+	home string
+	env  []string
+}
+
+func opsNewEnv(t *testing.T) *opsEnv {
+	t.Helper()
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	var env []string
+	gorace := ""
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "CQ_"), strings.HasPrefix(kv, "HOME="):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=")
+		default:
+			env = append(env, kv)
+		}
+	}
+	if !strings.Contains(gorace, "atexit_sleep_ms") {
+		gorace = strings.TrimSpace(gorace + " atexit_sleep_ms=0")
+	}
+	env = append(env, "CQ_HOME="+home, "HOME="+dir, "TZ=UTC", "GORACE="+gorace)
+	return &opsEnv{t: t, dir: dir, home: home, env: env}
+}
+
+// command prepares a cq process.
+func (e *opsEnv) command(ctx context.Context, stdin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "cq", args...)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	cmd.Stdin = strings.NewReader(stdin)
+	return cmd
+}
+
+// runIn runs one cq command to its end (60 s at most). It is safe to call
+// from several goroutines; it reports a failure to start as code -1.
+func (e *opsEnv) runIn(stdin string, args ...string) (stdout, stderr string, code int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, stdin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		return out.String(), errb.String() + err.Error(), -1
+	}
+	if ctx.Err() != nil {
+		return out.String(), errb.String() + "(killed after 60s)", -1
+	}
+	return out.String(), errb.String(), code
+}
+
+func (e *opsEnv) run(args ...string) (string, string, int) { return e.runIn("", args...) }
+
+// ok runs cq and requires exit 0 and a silent stderr.
+func (e *opsEnv) ok(args ...string) string {
+	e.t.Helper()
+	out, errs, code := e.run(args...)
+	if code != 0 || errs != "" {
+		e.t.Fatalf("cq %s: exit %d, stderr %q, stdout %q", strings.Join(args, " "), code, errs, out)
+	}
+	return out
+}
+
+// code runs cq and requires exit code want.
+func (e *opsEnv) code(want int, args ...string) string {
+	e.t.Helper()
+	out, errs, code := e.run(args...)
+	if code != want {
+		e.t.Errorf("cq %s: exit %d, want %d; stderr %q, stdout %q", strings.Join(args, " "), code, want, errs, out)
+	}
+	return out
+}
+
+// db opens the home's database directly, for fixtures and checks.
+func (e *opsEnv) db() *sql.DB {
+	e.t.Helper()
+	d, err := sql.Open("sqlite3", "file:"+filepath.Join(e.home, "cq.db")+"?_busy_timeout=30000")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func opsExec(t *testing.T, d *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := d.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// opsFixture writes health fixtures: runs ended relative to now on a
+// carrier task, tasks blocked for retry, and the heartbeat's age.
+type opsFixture struct {
+	t       *testing.T
+	d       *sql.DB
+	attempt int
+	n       int
+}
+
+func opsNewFixture(t *testing.T, e *opsEnv) *opsFixture {
+	t.Helper()
+	e.ok("heartbeat") // creates the store
+	d := e.db()
+	now := queue.FormatTime(time.Now())
+	opsExec(t, d, `INSERT INTO queues (name, created_at, updated_at) VALUES ('runs', ?, ?)`, now, now)
+	opsExec(t, d, `INSERT INTO tasks (id, state, queue, priority, spec, created_at, updated_at, finished_at)
+		VALUES ('carrier', 'done', 'runs', 2, '{}', ?, ?, ?)`, now, now, now)
+	return &opsFixture{t: t, d: d}
+}
+
+func (f *opsFixture) runs(n int, state string, endedAgo, dur time.Duration) {
+	f.t.Helper()
+	for range n {
+		f.attempt++
+		end := time.Now().Add(-endedAgo)
+		opsExec(f.t, f.d, `INSERT INTO runs (id, task_id, attempt, state, queue, created_at, started_at, ended_at)
+			VALUES (?, 'carrier', ?, ?, 'runs', ?, ?, ?)`, fmt.Sprintf("run-%d", f.attempt), f.attempt, state,
+			queue.FormatTime(end.Add(-dur)), queue.FormatTime(end.Add(-dur)), queue.FormatTime(end))
+	}
+}
+
+func (f *opsFixture) tasks(n int, state, q, reason string) {
+	f.t.Helper()
+	now := queue.FormatTime(time.Now())
+	opsExec(f.t, f.d, `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, q, now, now)
+	for range n {
+		f.n++
+		var br, todoAt any
+		if reason != "" {
+			br = reason
+		}
+		if state == queue.TaskTodo {
+			todoAt = now
+		}
+		opsExec(f.t, f.d, `INSERT INTO tasks (id, state, queue, priority, spec, blocked_reason, todo_at, lane_head, seq, created_at, updated_at)
+			VALUES (?, ?, ?, 2, '{}', ?, ?, 1, ?, ?, ?)`, fmt.Sprintf("fx-%d", f.n), state, q, br, todoAt, 100000+f.n, now, now)
+	}
+}
+
+func (f *opsFixture) heartbeatAge(age time.Duration) {
+	f.t.Helper()
+	opsExec(f.t, f.d, `UPDATE system_state SET value = ? WHERE key = 'last_heartbeat'`, queue.FormatTime(time.Now().Add(-age)))
+}
+
+// TestOpsHealthThresholdFlags: each threshold flag of cq health moves its
+// boundary, and the exit code follows the verdict (0, 1, 2).
+func TestOpsHealthThresholdFlags(t *testing.T) {
+	e := opsNewEnv(t)
+	f := opsNewFixture(t, e)
+	f.runs(9, queue.RunSucceeded, time.Minute, time.Second)
+	f.runs(1, queue.RunFailed, time.Minute, time.Second) // 90 %, one failure
+	f.runs(10, queue.RunFailed, 2*time.Hour, time.Second)
+	f.tasks(4, queue.TaskTodo, "default", "")
+	f.tasks(2, queue.TaskBlocked, "default", queue.BlockedRetry)
+	f.heartbeatAge(2 * time.Minute)
+	// The baseline: 1h window (the older failures out), success at 90 %
+	// above --success-degraded 0.85.
+	base := []string{"health", "--window", "1h", "--success-degraded", "0.85", "--success-unhealthy", "0.5"}
+	cases := []struct {
+		name  string
+		flags []string
+		want  int
+	}{
+		{"baseline", nil, 0},
+		{"default thresholds: 90% is degraded", []string{"--success-degraded", "0.95", "--success-unhealthy", "0.8"}, 1},
+		{"success-degraded 0.90", []string{"--success-degraded", "0.90"}, 1},
+		{"success-unhealthy 0.91", []string{"--success-degraded", "0.95", "--success-unhealthy", "0.91"}, 2},
+		{"success-unhealthy 0.90", []string{"--success-degraded", "0.95", "--success-unhealthy", "0.90"}, 1},
+		{"backlog-degraded 4", []string{"--backlog-degraded", "4"}, 1},
+		{"backlog-degraded 5", []string{"--backlog-degraded", "5"}, 0},
+		{"backlog-unhealthy 3", []string{"--backlog-degraded", "2", "--backlog-unhealthy", "3"}, 2},
+		{"backlog-unhealthy 4", []string{"--backlog-degraded", "2", "--backlog-unhealthy", "4"}, 1},
+		{"blocked-degraded 2", []string{"--blocked-degraded", "2"}, 1},
+		{"blocked-degraded 3", []string{"--blocked-degraded", "3"}, 0},
+		{"blocked-unhealthy 1", []string{"--blocked-degraded", "1", "--blocked-unhealthy", "1"}, 2},
+		{"blocked-unhealthy 2", []string{"--blocked-degraded", "1", "--blocked-unhealthy", "2"}, 1},
+		{"failed-degraded 1", []string{"--failed-degraded", "1"}, 1},
+		{"failed-degraded 2", []string{"--failed-degraded", "2"}, 0},
+		{"heartbeat-max-age 1m", []string{"--heartbeat-max-age", "1m"}, 2},
+		{"heartbeat-max-age 1h", []string{"--heartbeat-max-age", "1h"}, 0},
+		{"window 24h counts the older failures", []string{"--window", "24h"}, 2},
+	}
+	for _, c := range cases {
+		out := e.code(c.want, append(append(append([]string{}, base...), c.flags...), "-o", "json")...)
+		var h struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &h); err != nil {
+			t.Errorf("%s: %v\n%s", c.name, err, out)
+			continue
+		}
+		if want := []string{"ok", "degraded", "unhealthy"}[c.want]; h.Status != want {
+			t.Errorf("%s: status %s, want %s", c.name, h.Status, want)
+		}
+	}
+	// Thresholds that make no sense are refused (exit 1).
+	for _, bad := range [][]string{
+		{"--window", "0s"},
+		{"--window", "abc"},
+		{"--heartbeat-max-age", "soon"},
+		{"--backlog-degraded", "60"},
+		{"--blocked-degraded", "11", "--blocked-unhealthy", "10"},
+		{"--success-unhealthy", "0.99"},
+		{"--backlog-degraded", "x"},
+	} {
+		out, errs, code := e.run(append([]string{"health"}, bad...)...)
+		if code != 1 || out != "" || errs == "" {
+			t.Errorf("cq health %s: exit %d, stdout %q, stderr %q; want 1, nothing, a message", strings.Join(bad, " "), code, out, errs)
+		}
+	}
+}
+
+// opsParseProm parses Prometheus text with the Prometheus project's own
+// parser.
+func opsParseProm(t *testing.T, text string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("cq health -o prometheus does not parse: %v\n%s", err, text)
+	}
+	return mfs
+}
+
+// opsSeries returns a family's values by the value of label (or "" for
+// an unlabelled gauge).
+func opsSeries(t *testing.T, mfs map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	t.Helper()
+	mf := mfs[name]
+	if mf == nil {
+		t.Errorf("no family %s", name)
+		return nil
+	}
+	if mf.GetType() != dto.MetricType_GAUGE {
+		t.Errorf("%s is a %s, want a gauge", name, mf.GetType())
+	}
+	out := map[string]float64{}
+	for _, m := range mf.GetMetric() {
+		key := ""
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == label {
+				key = lp.GetValue()
+			} else {
+				t.Errorf("%s has an unexpected label %s", name, lp.GetName())
+			}
+		}
+		if label != "" && key == "" {
+			t.Errorf("%s: a series without the label %s", name, label)
+		}
+		if m.GetGauge() == nil {
+			t.Errorf("%s: a series without a gauge value", name)
+			continue
+		}
+		out[key] = m.GetGauge().GetValue()
+	}
+	return out
+}
+
+func opsWantSeries(t *testing.T, name string, got, want map[string]float64) {
+	t.Helper()
+	opsWantSeriesNear(t, name, got, want, 1e-9)
+}
+
+// opsWantSeriesNear compares within tol (SQLite's julianday arithmetic
+// makes durations exact to about 1e-5 s only).
+func opsWantSeriesNear(t *testing.T, name string, got, want map[string]float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s = %v, want %v", name, got, want)
+		return
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || math.Abs(g-v) > tol {
+			t.Errorf("%s = %v, want %v", name, got, want)
+			return
+		}
+	}
+}
+
+// opsLintProm checks the text as promtool check metrics would, and that
+// every family has its HELP and TYPE lines.
+func opsLintProm(t *testing.T, text string, mfs map[string]*dto.MetricFamily) {
+	t.Helper()
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	help, typ := map[string]bool{}, map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[0] == "#" && f[1] == "HELP" {
+			help[f[2]] = true
+		}
+		if len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			typ[f[2]] = true
+		}
+	}
+	for name, mf := range mfs {
+		if !help[name] || mf.GetHelp() == "" {
+			t.Errorf("family %s has no HELP", name)
+		}
+		if !typ[name] || mf.GetType() == dto.MetricType_UNTYPED {
+			t.Errorf("family %s has no TYPE", name)
+		}
+	}
+}
+
+// TestOpsHealthPrometheus parses cq health -o prometheus back with the
+// Prometheus parser, checks each family against known figures, and lints
+// it; it exits 0 even when the verdict is unhealthy.
+func TestOpsHealthPrometheus(t *testing.T) {
+	e := opsNewEnv(t)
+	f := opsNewFixture(t, e)
+	e.ok("enqueue", "--id", "a1", "--", "true")
+	e.ok("enqueue", "--id", "a2", "--", "true")
+	e.ok("enqueue", "--id", "b1", "--queue", "batch", "--", "true")
+	e.ok("enqueue", "--id", "h1", "--hold", "--", "true")
+	e.ok("queue", "pause", "batch")
+	// One live run in queue default (a doing task).
+	now := queue.FormatTime(time.Now())
+	opsExec(t, f.d, `INSERT INTO tasks (id, state, queue, priority, spec, created_at, updated_at)
+		VALUES ('busy', 'doing', 'default', 2, '{}', ?, ?)`, now, now)
+	opsExec(t, f.d, `INSERT INTO runs (id, task_id, attempt, state, queue, created_at, started_at, lease_expires_at)
+		VALUES ('live-run', 'busy', 1, 'running', 'default', ?, ?, ?)`, now, now, queue.FormatTime(time.Now().Add(time.Hour)))
+	f.runs(16, queue.RunSucceeded, time.Minute, 10*time.Second)
+	f.runs(2, queue.RunFailed, time.Minute, 20*time.Second)
+	f.runs(2, queue.RunTimeout, time.Minute, 30*time.Second)
+	f.runs(1, queue.RunCancelled, time.Minute, 40*time.Second)
+	f.runs(7, queue.RunFailed, 3*24*time.Hour, time.Second) // outside the window
+	hb := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	opsExec(t, f.d, `UPDATE system_state SET value = ? WHERE key = 'last_heartbeat'`, queue.FormatTime(hb))
+
+	// 16 of 20 = 80 %, 4 failed: degraded.
+	e.code(1, "health")
+	text := e.ok("health", "-o", "prometheus")
+	mfs := opsParseProm(t, text)
+	opsLintProm(t, text, mfs)
+	opsWantSeries(t, "cq_tasks", opsSeries(t, mfs, "cq_tasks", "state"), map[string]float64{
+		"inbox": 0, "todo": 3, "blocked": 1, "doing": 1, "done": 1, "failed": 0, "cancelled": 0})
+	opsWantSeries(t, "cq_queue_backlog", opsSeries(t, mfs, "cq_queue_backlog", "queue"), map[string]float64{
+		"default": 2, "batch": 1, "runs": 0})
+	opsWantSeries(t, "cq_queue_running", opsSeries(t, mfs, "cq_queue_running", "queue"), map[string]float64{
+		"default": 1, "batch": 0, "runs": 0})
+	opsWantSeries(t, "cq_runs_finished", opsSeries(t, mfs, "cq_runs_finished", "state"), map[string]float64{
+		"succeeded": 16, "failed": 2, "timeout": 2, "cancelled": 1})
+	opsWantSeries(t, "cq_success_ratio", opsSeries(t, mfs, "cq_success_ratio", ""), map[string]float64{"": 0.8})
+	// (16·10 + 2·20 + 2·30 + 40) / 21 runs.
+	opsWantSeriesNear(t, "cq_run_duration_seconds", opsSeries(t, mfs, "cq_run_duration_seconds", ""), map[string]float64{"": 300.0 / 21}, 1e-3)
+	opsWantSeries(t, "cq_last_heartbeat_timestamp_seconds", opsSeries(t, mfs, "cq_last_heartbeat_timestamp_seconds", ""),
+		map[string]float64{"": float64(hb.UnixMilli()) / 1000})
+	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 1})
+
+	// Unhealthy (no heartbeat for an hour): the verdict is in the metrics,
+	// the exit code is still 0.
+	opsExec(t, f.d, `UPDATE system_state SET value = ? WHERE key = 'last_heartbeat'`, queue.FormatTime(time.Now().Add(-time.Hour)))
+	e.code(2, "health")
+	text = e.ok("health", "-o", "prometheus")
+	mfs = opsParseProm(t, text)
+	opsLintProm(t, text, mfs)
+	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 2})
+
+	// A new home (never a heartbeat, nothing finished) lints clean too.
+	e2 := opsNewEnv(t)
+	text = e2.ok("health", "-o", "prometheus")
+	mfs = opsParseProm(t, text)
+	opsLintProm(t, text, mfs)
+	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 2})
+	opsWantSeries(t, "cq_last_heartbeat_timestamp_seconds", opsSeries(t, mfs, "cq_last_heartbeat_timestamp_seconds", ""), map[string]float64{"": 0})
+}
+
+// opsEvent is a line of cq events.
+type opsEvent struct {
+	Seq    int64   `json:"seq"`
+	Kind   string  `json:"kind"`
+	TaskID *string `json:"task_id"`
+	RunID  *string `json:"run_id"`
+	From   *string `json:"from"`
+	To     *string `json:"to"`
+	Reason *string `json:"reason"`
+}
+
+func opsStr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// opsCheckEvents checks the event log: each task's and each run's events
+// form a path through its state machine (every change allowed, each
+// starting where the previous one ended: so no task is promoted twice for
+// one retry), a run has at most one terminal event, and no run is reaped
+// after it ended.
+func opsCheckEvents(t opsReporter, evs []opsEvent) {
+	t.Helper()
+	taskAt, runAt := map[string]string{}, map[string]string{}
+	prev := int64(0)
+	for _, ev := range evs {
+		if ev.Seq <= prev {
+			t.Errorf("event seq %d after %d", ev.Seq, prev)
+		}
+		prev = ev.Seq
+		from, to, task, run := opsStr(ev.From), opsStr(ev.To), opsStr(ev.TaskID), opsStr(ev.RunID)
+		switch {
+		case strings.HasPrefix(ev.Kind, "run."):
+			cur, seen := runAt[run]
+			switch {
+			case !seen && (from != "" || to != queue.RunQueued):
+				t.Errorf("seq %d %s: run %s begins %q → %q", ev.Seq, ev.Kind, run, from, to)
+			case seen && queue.RunTerminal(cur):
+				t.Errorf("seq %d %s (%s): run %s of task %s changed after it ended %s", ev.Seq, ev.Kind, opsStr(ev.Reason), run, task, cur)
+			case seen && (from != cur || !queue.RunTransitionAllowed(from, to)):
+				t.Errorf("seq %d %s: run %s %s → %s, but it was %s", ev.Seq, ev.Kind, run, from, to, cur)
+			}
+			runAt[run] = to
+		case strings.HasPrefix(ev.Kind, "task."):
+			cur, seen := taskAt[task]
+			switch {
+			case !seen && (ev.Kind != "task.created" || to != queue.TaskInbox):
+				t.Errorf("seq %d %s: task %s does not begin with its creation", ev.Seq, ev.Kind, task)
+			case seen && from != cur:
+				t.Errorf("seq %d %s: task %s from %s, but it was %s", ev.Seq, ev.Kind, task, from, cur)
+			case seen && from != to && !queue.TaskTransitionAllowed(from, to):
+				t.Errorf("seq %d %s: task %s %s → %s is not allowed", ev.Seq, ev.Kind, task, from, to)
+			case seen && queue.TaskTerminal(cur) && from == to:
+				t.Errorf("seq %d %s: terminal task %s has a later event", ev.Seq, ev.Kind, task)
+			}
+			taskAt[task] = to
+		}
+	}
+}
+
+// opsReporter is the part of testing.T the checkers use.
+type opsReporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// opsRecorder is an opsReporter that records failures.
+type opsRecorder struct{ errs []string }
+
+func (r *opsRecorder) Helper() {}
+func (r *opsRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestOpsCheckEventsCatches shows the event checker can fail: each broken
+// log below must be reported, the valid one must not.
+func TestOpsCheckEventsCatches(t *testing.T) {
+	s := func(v string) *string { return &v }
+	ev := func(kind, task, run, from, to, reason string) opsEvent {
+		e := opsEvent{Kind: kind, TaskID: s(task)}
+		if run != "" {
+			e.RunID = s(run)
+		}
+		if from != "" {
+			e.From = s(from)
+		}
+		if to != "" {
+			e.To = s(to)
+		}
+		if reason != "" {
+			e.Reason = s(reason)
+		}
+		return e
+	}
+	valid := []opsEvent{
+		ev("task.created", "t", "", "", "inbox", ""),
+		ev("task.todo", "t", "", "inbox", "todo", ""),
+		ev("task.doing", "t", "", "todo", "doing", ""),
+		ev("run.queued", "t", "r1", "", "queued", ""),
+		ev("run.running", "t", "r1", "queued", "running", ""),
+		ev("run.failed", "t", "r1", "running", "failed", ""),
+		ev("task.blocked", "t", "", "doing", "blocked", ""),
+		ev("task.todo", "t", "", "blocked", "todo", "retry due"),
+		ev("task.waiting", "t", "", "todo", "todo", ""),
+		ev("task.doing", "t", "", "todo", "doing", ""),
+		ev("run.queued", "t", "r2", "", "queued", ""),
+		ev("run.running", "t", "r2", "queued", "running", ""),
+		ev("run.succeeded", "t", "r2", "running", "succeeded", ""),
+		ev("task.done", "t", "", "doing", "done", ""),
+	}
+	with := func(i int, extra ...opsEvent) []opsEvent {
+		out := append([]opsEvent{}, valid[:i]...)
+		out = append(out, extra...)
+		return append(out, valid[i:]...)
+	}
+	cases := map[string][]opsEvent{
+		"reaped after it succeeded": with(13, ev("run.failed", "t", "r2", "running", "failed", "lease_expired")),
+		"two terminal events":       with(6, ev("run.cancelled", "t", "r1", "failed", "cancelled", "")),
+		"promoted twice":            with(8, ev("task.todo", "t", "", "blocked", "todo", "retry due")),
+		"illegal task transition":   with(2, ev("task.done", "t", "", "todo", "done", "")),
+		"event after done":          append(append([]opsEvent{}, valid...), ev("task.waiting", "t", "", "done", "done", "")),
+		"run not begun queued":      with(4, ev("run.running", "t", "r9", "queued", "running", "")),
+	}
+	for name, evs := range cases {
+		for i := range evs {
+			evs[i].Seq = int64(i + 1)
+		}
+		rec := &opsRecorder{}
+		opsCheckEvents(rec, evs)
+		if len(rec.errs) == 0 {
+			t.Errorf("%s: not reported", name)
+		}
+	}
+	for i := range valid {
+		valid[i].Seq = int64(i + 1)
+	}
+	rec := &opsRecorder{}
+	opsCheckEvents(rec, valid)
+	if len(rec.errs) != 0 {
+		t.Errorf("valid log reported: %q", rec.errs)
+	}
+}
+
+func (e *opsEnv) events() []opsEvent {
+	e.t.Helper()
+	out := e.ok("events")
+	var evs []opsEvent
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev opsEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			e.t.Fatalf("cq events: %v: %s", err, sc.Text())
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// opsBuffer is a bytes.Buffer a process writes while the test reads it.
+type opsBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *opsBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *opsBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// opsWorker is a cq worker process.
+type opsWorker struct {
+	cmd    *exec.Cmd
+	id     string
+	stderr opsBuffer
+	done   chan struct{}
+	err    error
+}
+
+func (e *opsEnv) startWorker(args ...string) *opsWorker {
+	e.t.Helper()
+	w := &opsWorker{done: make(chan struct{})}
+	w.cmd = e.command(context.Background(), "", append([]string{"worker"}, args...)...)
+	w.cmd.Stderr = &w.stderr
+	if err := w.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	w.id = fmt.Sprintf("%s:%d", host, w.cmd.Process.Pid)
+	go func() { w.err = w.cmd.Wait(); close(w.done) }()
+	e.t.Cleanup(func() {
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	})
+	return w
+}
+
+func (w *opsWorker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// opsWait polls cond every 50 ms until it holds or the deadline passes.
+func opsWait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestOpsHeartbeatBesideWorkers runs cq heartbeat in a loop, as processes,
+// while several cq worker processes (3 s leases) run tasks that succeed,
+// fail, fail once and retry, and while two workers are SIGKILLed mid-run.
+// Every heartbeat exits 0 silently; the lost runs are reaped lease_expired;
+// no run is reaped after it ended, no run ends twice, and no task is
+// promoted twice for one retry (SPEC sections 3, 6, 8).
+func TestOpsHeartbeatBesideWorkers(t *testing.T) {
+	e := opsNewEnv(t)
+	e.ok("queue", "set", "default", "--retries", "1", "--backoff", "200ms", "--transient-retries", "0")
+	var batch strings.Builder
+	var ids []string
+	add := func(id, shell string) {
+		fmt.Fprintf(&batch, `{"id":%q,"shell":%q}`+"\n", id, shell)
+		ids = append(ids, id)
+	}
+	// Long tasks first (FIFO): every worker starts with one, so a kill
+	// always finds a run going.
+	for i := range 12 {
+		add(fmt.Sprintf("long-%d", i), "sleep 1.5")
+	}
+	for i := range 8 {
+		add(fmt.Sprintf("ok-%d", i), "sleep 0.2")
+		add(fmt.Sprintf("once-%d", i), `[ "$CQ_ATTEMPT" -ge 2 ] || exit 1; sleep 0.1`)
+		add(fmt.Sprintf("bad-%d", i), "sleep 0.1; exit 3")
+	}
+
+	// The heartbeat loop: cq heartbeat as cron would run it, back to back.
+	stop := make(chan struct{})
+	type hbRun struct {
+		stdout, stderr string
+		code           int
+	}
+	var hbMu sync.Mutex
+	var hbRuns []hbRun
+	var hbDone sync.WaitGroup
+	hbDone.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			out, errs, code := e.run("heartbeat")
+			hbMu.Lock()
+			hbRuns = append(hbRuns, hbRun{out, errs, code})
+			hbMu.Unlock()
+		}
+	})
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		hbDone.Wait()
+	}()
+
+	if out, errs, code := e.runIn(batch.String(), "enqueue", "--batch"); code != 0 || errs != "" {
+		t.Fatalf("enqueue --batch: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	if out, errs, code := e.runIn("", "ls", "-q", "--limit", "0"); code != 0 || strings.Count(out, "\n") != len(ids) {
+		t.Fatalf("enqueue: %d tasks listed (exit %d, %s), want %d", strings.Count(out, "\n"), code, errs, len(ids))
+	}
+
+	d := e.db()
+	// liveOf counts the worker's running runs of long tasks.
+	liveOf := func(worker string) int {
+		var n int
+		if err := d.QueryRow(`SELECT COUNT(*) FROM runs WHERE worker = ? AND state = 'running' AND task_id LIKE 'long-%'`, worker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	workerArgs := []string{"--lease", "3s", "--concurrency", "2", "--grace", "2s"}
+	workers := []*opsWorker{e.startWorker(workerArgs...), e.startWorker(workerArgs...), e.startWorker(workerArgs...)}
+
+	// SIGKILL two workers, each once it has a run going; a replacement
+	// takes over after each.
+	var killed []*opsWorker
+	for _, w := range workers[:2] {
+		opsWait(t, 40*time.Second, "worker "+w.id+" running a long task", func() (bool, string) {
+			return liveOf(w.id) > 0 || w.exited(), w.stderr.String()
+		})
+		if w.exited() {
+			t.Fatalf("worker %s exited: %v\n%s", w.id, w.err, w.stderr.String())
+		}
+		if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-w.done
+		killed = append(killed, w)
+		workers = append(workers, e.startWorker(workerArgs...))
+	}
+	var lost []string
+	for _, w := range killed {
+		rows, err := d.Query(`SELECT id FROM runs WHERE worker = ? AND state IN ('queued','running','cancelling')`, w.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id string
+			_ = rows.Scan(&id)
+			lost = append(lost, id)
+		}
+		rows.Close()
+	}
+	if len(lost) == 0 {
+		t.Fatal("the killed workers left no live run behind")
+	}
+
+	// Everything ends: the lost runs are reaped by the heartbeats.
+	opsWait(t, 45*time.Second, "every task terminal", func() (bool, string) {
+		hbMu.Lock()
+		for i, r := range hbRuns {
+			if r.code != 0 {
+				hbMu.Unlock()
+				t.Fatalf("heartbeat %d failed: exit %d, stderr %q", i, r.code, r.stderr)
+			}
+		}
+		hbMu.Unlock()
+		var n int
+		if err := d.QueryRow(`SELECT COUNT(*) FROM tasks WHERE state NOT IN ('done','failed','cancelled')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0, fmt.Sprintf("%d tasks not terminal", n)
+	})
+	close(stop)
+	hbDone.Wait()
+
+	for _, w := range workers[2:] {
+		if w.exited() {
+			t.Errorf("worker %s exited early: %v\n%s", w.id, w.err, w.stderr.String())
+			continue
+		}
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, w := range workers[2:] {
+		select {
+		case <-w.done:
+			if w.err != nil {
+				t.Errorf("worker %s after SIGTERM: %v", w.id, w.err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("worker %s still running 30s after SIGTERM", w.id)
+		}
+	}
+
+	hbMu.Lock()
+	if len(hbRuns) < 3 {
+		t.Errorf("only %d heartbeats ran beside the workers", len(hbRuns))
+	}
+	for i, r := range hbRuns {
+		if r.code != 0 || r.stderr != "" || r.stdout != "" {
+			t.Errorf("heartbeat %d: exit %d, stdout %q, stderr %q; want 0 and silence", i, r.code, r.stdout, r.stderr)
+		}
+	}
+	hbMu.Unlock()
+
+	for _, id := range lost {
+		var state, reason string
+		if err := d.QueryRow(`SELECT state, COALESCE(reason, '') FROM runs WHERE id = ?`, id).Scan(&state, &reason); err != nil {
+			t.Fatal(err)
+		}
+		if reason != "lease_expired" || (state != queue.RunFailed && state != queue.RunCancelled) {
+			var evs []string
+			rows, err := d.Query(`SELECT seq || ' ' || at || ' ' || kind || ' ' || COALESCE(from_state,'') || '>' || COALESCE(to_state,'') || ' ' || COALESCE(reason,'') FROM events WHERE run_id = ? ORDER BY seq`, id)
+			if err == nil {
+				for rows.Next() {
+					var line string
+					_ = rows.Scan(&line)
+					evs = append(evs, line)
+				}
+				rows.Close()
+			}
+			t.Errorf("run %s of a killed worker ended %s (%s), want failed, lease_expired; its events:\n%s",
+				id, state, reason, strings.Join(evs, "\n"))
+		}
+	}
+
+	evs := e.events()
+	opsCheckEvents(t, evs)
+	reaped := 0
+	for _, ev := range evs {
+		if opsStr(ev.Reason) == "lease_expired" {
+			reaped++
+		}
+	}
+	t.Logf("%d tasks, %d runs lost with the killed workers, %d reaped in all, %d heartbeats, %d events",
+		len(ids), len(lost), reaped, len(hbRuns), len(evs))
+	promotions := 0
+	for _, ev := range evs {
+		if strings.HasPrefix(ev.Kind, "task.") && opsStr(ev.From) == queue.TaskBlocked && opsStr(ev.To) == queue.TaskTodo {
+			promotions++
+		}
+	}
+	if promotions == 0 {
+		t.Error("no task was promoted from a retry backoff: the scenario did not exercise promotion")
+	}
+	var started int
+	if err := d.QueryRow(`SELECT COUNT(*) FROM runs`).Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+	if started < len(ids) {
+		t.Errorf("%d runs for %d tasks", started, len(ids))
+	}
+}
