@@ -374,11 +374,13 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	w.mu.Lock()
 	delete(w.runs, r.c.RunID)
 	w.mu.Unlock()
-	if r.isLost() || time.Since(r.renewedAt()) >= 2*w.opt.Lease/3 {
-		// The lease is gone (or as good as gone: a worker frozen past 2/3
-		// of its TTL may resume before its watchdog notices): someone else
-		// may own the task now, and this worker writes nothing more for it.
-		r.markLost()
+	// The lease is gone, or as good as gone (a worker frozen past 2/3 of
+	// its TTL may resume before its watchdog notices): someone else may own
+	// the task now, and this worker writes nothing more for it.
+	if time.Since(r.renewedAt()) >= 2*w.opt.Lease/3 && r.markLost() {
+		w.log.Error("run.lost", "task", r.c.TaskID, "run", r.c.RunID, "why", "lease not renewed for 2/3 of its TTL")
+	}
+	if r.isLost() {
 		return ending{}, false
 	}
 	e := ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token}}
