@@ -268,7 +268,7 @@ func benchOpen(b *testing.B, template string) (dir string, st, other *queue.Stor
 
 // benchCleanupBatch is the batch size the benchmarks use: heartbeat.Cleanup's
 // default.
-const benchCleanupBatch = 200
+const benchCleanupBatch = heartbeat.CleanupBatch
 
 func benchMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -308,7 +308,7 @@ func BenchmarkCleanup(b *testing.B) {
 		v0 := time.Now()
 		for {
 			t0 := time.Now()
-			freed, err := st.IncrementalVacuum(ctx, 2000)
+			freed, err := st.IncrementalVacuum(ctx, heartbeat.VacuumStep)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,14 @@ import (
 	"github.com/cq-dev/cq/internal/queue"
 )
 
+// CleanupBatch is how many tasks one cleanup transaction deletes, and
+// VacuumStep how many free pages one incremental-vacuum step returns:
+// both small enough that no writer waits long for the lock.
+const (
+	CleanupBatch = 200
+	VacuumStep   = 256
+)
+
 // CleanupOptions configure a cleanup.
 type CleanupOptions struct {
 	Retention queue.Retention
@@ -27,7 +35,7 @@ type CleanupOptions struct {
 // file system in small steps. It returns the counts per state.
 func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[string]int, error) {
 	if opt.Batch <= 0 {
-		opt.Batch = 200
+		opt.Batch = CleanupBatch
 	}
 	counts := map[string]int{}
 	for _, state := range queue.CleanupStates {
@@ -64,7 +72,7 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 	// same reason.
 	for {
 		began := time.Now()
-		freed, err := st.IncrementalVacuum(ctx, 256)
+		freed, err := st.IncrementalVacuum(ctx, VacuumStep)
 		if err != nil || freed == 0 {
 			return counts, err
 		}
