@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 	"golang.org/x/sys/unix"
@@ -226,15 +225,31 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 // running) in one transaction. A start the store refuses (cancelled or
 // taken over meanwhile) is not ours to run: its group is killed.
 func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
+	// Each spawn creates a folder and files and forks: independent work,
+	// done side by side when several tasks were claimed at once.
+	runs := make([]*run, len(claims))
+	outcomes := make([]*queue.Outcome, len(claims))
+	if len(claims) == 1 {
+		runs[0], outcomes[0] = w.spawn(claims[0])
+	} else {
+		var wg sync.WaitGroup
+		for i, c := range claims {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runs[i], outcomes[i] = w.spawn(c)
+			}()
+		}
+		wg.Wait()
+	}
 	var spawned []*run
 	var failed []ending
-	for _, c := range claims {
-		r, o := w.spawn(c)
-		if o != nil {
-			failed = append(failed, ending{r: r, f: queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: *o}})
+	for i, c := range claims {
+		if o := outcomes[i]; o != nil {
+			failed = append(failed, ending{r: runs[i], f: queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: *o}})
 			continue
 		}
-		spawned = append(spawned, r)
+		spawned = append(spawned, runs[i])
 	}
 	if len(spawned) > 0 {
 		starts := make([]queue.Start, len(spawned))
@@ -472,7 +487,7 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 			log.Info("run.finished", attrs...)
 		}
 		if f.Run != nil {
-			heartbeat.SaveSummary(w.opt.Home, *f.Run)
+			w.saveSummary(*f.Run)
 		}
 	}
 	return res.Claimed

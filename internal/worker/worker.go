@@ -88,6 +88,10 @@ type Worker struct {
 
 	// environ is the worker's environment, the base of every run's.
 	environ []string
+	// summaries are written by a goroutine of their own, off the loop's
+	// path from one run's end to the next run's start.
+	summaries   chan queue.Run
+	summaryDone chan struct{}
 	// stopping is set (on the loop's goroutine) once a graceful stop began.
 	stopping bool
 }
@@ -132,6 +136,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sup = sup
 		defer w.sup.close()
 	}
+	w.summaries, w.summaryDone = make(chan queue.Run, 1024), make(chan struct{})
+	go func() {
+		defer close(w.summaryDone)
+		for r := range w.summaries {
+			heartbeat.SaveSummary(w.opt.Home, r)
+		}
+	}()
+	// Every summary is on disk before Run returns.
+	defer func() { close(w.summaries); <-w.summaryDone }()
 	stopWatch := w.watch()
 	defer stopWatch()
 	w.log.Info("worker.started", "worker", w.id, "concurrency", w.opt.Concurrency, "queues", w.opt.Queues, "once", w.opt.Once)
@@ -205,6 +218,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-idle:
 		case <-retry:
 		}
+	}
+}
+
+// saveSummary queues a run's summary.json; if the queue is full it is
+// written at once.
+func (w *Worker) saveSummary(r queue.Run) {
+	select {
+	case w.summaries <- r:
+	default:
+		heartbeat.SaveSummary(w.opt.Home, r)
 	}
 }
 
