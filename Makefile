@@ -6,10 +6,10 @@ GO       ?= go
 FUZZTIME ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help build test lint fmt bench fuzz cover demo clean
+.PHONY: help build test lint fmt bench bench-e2e fuzz cover demo clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/cq
 	$(GO) build -o $(BIN)/cq ./cmd/cq
@@ -28,8 +28,11 @@ $(GOLANGCI):
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
-bench: ## run the benchmarks
+bench: ## run the Go benchmarks (store, claim, cleanup and health at 1M tasks)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/...
+
+bench-e2e: build ## cq against xargs, a Go spawn reference, tsp, GNU parallel, nq (~7 min)
+	./bench/e2e.sh $(BIN)/cq
 
 fuzz: ## run each fuzz target for $(FUZZTIME)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSpecJSON$$' -fuzztime $(FUZZTIME) ./internal/queue

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -341,6 +342,7 @@ func (w *Worker) watch() func() {
 		}
 	}
 	done := make(chan struct{})
+	var rechecking atomic.Bool
 	go func() {
 		for {
 			select {
@@ -352,6 +354,14 @@ func (w *Worker) watch() func() {
 				}
 				if ev.Has(fsnotify.Write) || ev.Has(fsnotify.Create) {
 					w.poke()
+					// The event comes with the write of the WAL frames,
+					// a moment before the commit is visible to readers;
+					// look again shortly so that a commit seen too early
+					// is not left to the fallback poll.
+					if !rechecking.Swap(true) {
+						time.AfterFunc(2*time.Millisecond, w.poke)
+						time.AfterFunc(15*time.Millisecond, func() { rechecking.Store(false); w.poke() })
+					}
 				}
 			case _, ok := <-fw.Errors:
 				if !ok {
