@@ -82,7 +82,7 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		sp.ID = NewID(now)
 	}
 
-	depsLeft := 0
+	depsLeft, deadDep := 0, false
 	for _, dep := range sp.After {
 		var state string
 		err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, dep).Scan(&state)
@@ -94,6 +94,9 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		}
 		if state != TaskDone {
 			depsLeft++
+		}
+		if state == TaskFailed || state == TaskCancelled {
+			deadDep = true
 		}
 	}
 
@@ -126,6 +129,9 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		t.NotBefore, t.NotBeforeWhy = FormatTime(nb), BlockedScheduled
 	}
 	ts := FormatTime(now)
+	if enqueue && !deadDep {
+		return c.createEnqueued(ctx, t, sp.After)
+	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO tasks (id, state, queue, key, priority, spec, is_unique, hold, deps_left,
 		not_before, not_before_why, created_at, updated_at) VALUES (?, 'inbox', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Queue, nullable(t.Key), t.Priority, t.Spec, t.Unique, t.Hold, t.DepsLeft,
@@ -147,6 +153,56 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	to, err := enterLane(ctx, tx, now, t, "", len(sp.After) > 0)
 	if err != nil {
 		return Created{}, err
+	}
+	return Created{ID: t.ID, State: to, New: true}, nil
+}
+
+// createEnqueued is create-and-enqueue in one step, the common case (no
+// dependency already failed): the task row is written once, in its final
+// state, after the two events that record the path (created into inbox,
+// then the gateway step), instead of an insert followed by a CAS update.
+// The result is the same row and the same events as creating into inbox
+// and then enqueueing.
+func (c *creator) createEnqueued(ctx context.Context, t *taskRow, after []string) (Created, error) {
+	tx, now := c.tx, c.now
+	br := blockedReason(t.Hold, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
+	to := TaskTodo
+	if br != "" {
+		to = TaskBlocked
+	}
+	free, err := laneIsFree(ctx, tx, t.Key, t.ID)
+	if err != nil {
+		return Created{}, err
+	}
+	if err := addEvent(ctx, tx, now, event{Kind: "task.created", TaskID: t.ID, To: TaskInbox}); err != nil {
+		return Created{}, err
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES (?, ?, ?, 'inbox', ?)`,
+		FormatTime(now), "task."+to, t.ID, to)
+	if err != nil {
+		return Created{}, err
+	}
+	seq, err := res.LastInsertId()
+	if err != nil {
+		return Created{}, err
+	}
+	var todoAt any
+	if to == TaskTodo {
+		todoAt = FormatTime(now)
+	}
+	ts := FormatTime(now)
+	_, err = tx.ExecContext(ctx, `INSERT INTO tasks (id, state, queue, key, priority, seq, lane_head, spec, is_unique, hold,
+		deps_left, not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.ID, to, t.Queue, nullable(t.Key), t.Priority, seq, free, t.Spec, t.Unique, t.Hold,
+		t.DepsLeft, nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(br), todoAt, ts, ts)
+	if err != nil {
+		return Created{}, err
+	}
+	for i, dep := range after {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO task_deps (task_id, dep_id, pos) VALUES (?, ?, ?)`, t.ID, dep, i); err != nil {
+			return Created{}, err
+		}
 	}
 	return Created{ID: t.ID, State: to, New: true}, nil
 }
