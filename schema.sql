@@ -132,3 +132,9 @@ CREATE TABLE system_state (
 CREATE INDEX tasks_todo_since ON tasks (todo_at) WHERE state = 'todo';
 CREATE INDEX tasks_warned ON tasks (queue) WHERE state = 'todo' AND warned = 1;
 CREATE INDEX tasks_blocked_retry ON tasks (queue) WHERE state = 'blocked' AND blocked_reason = 'retry';
+
+-- migration 3
+
+-- cq ls lists newest first by rowid (insertion order is creation order),
+-- so this index only cost every insert a b-tree update and WAL pages.
+DROP INDEX tasks_created;

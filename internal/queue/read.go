@@ -137,7 +137,9 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]*Task, error) {
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	q += ` ORDER BY created_at DESC, id DESC`
+	// Insertion order is creation order: newest first without an index of
+	// its own.
+	q += ` ORDER BY rowid DESC`
 	if f.Limit > 0 {
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
