@@ -75,14 +75,8 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		for _, t := range ready {
-			if err := casTask(ctx, tx, now, t, TaskTodo, "", "nothing blocks it",
-				`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
+		n, err = promote(ctx, tx, now, ready, func(*taskRow) string { return "nothing blocks it" })
+		return err
 	})
 	return n, err
 }

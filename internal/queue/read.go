@@ -351,33 +351,31 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		var due []*taskRow
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, t)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		due, err := scanTasks(rows)
+		if err != nil {
 			return err
 		}
-		for _, t := range due {
-			why := "due"
+		n, err = promote(ctx, tx, now, due, func(t *taskRow) string {
 			if t.NotBeforeWhy != "" {
-				why = t.NotBeforeWhy + " due"
+				return t.NotBeforeWhy + " due"
 			}
-			if err := casTask(ctx, tx, now, t, TaskTodo, "", why,
-				`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
+			return "due"
+		})
+		return err
 	})
 	return n, err
+}
+
+// promote moves blocked tasks that nothing blocks any more to todo, each
+// with the reason why(t), and returns how many moved.
+func promote(ctx context.Context, tx *sql.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
+	for i, t := range ts {
+		if err := casTask(ctx, tx, now, t, TaskTodo, "", why(t),
+			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+			return i, err
+		}
+	}
+	return len(ts), nil
 }
 
 // HasRunnable reports, without taking the write lock, whether any task is
