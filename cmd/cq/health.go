@@ -6,9 +6,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/cq-dev/cq/internal/promtext"
 	"github.com/cq-dev/cq/internal/queue"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"github.com/spf13/cobra"
 )
 
@@ -135,64 +134,38 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // writePrometheus writes the health figures in the Prometheus text
-// exposition format, through the Prometheus client library, for
-// node_exporter's textfile collector.
+// exposition format, for node_exporter's textfile collector.
 func writePrometheus(w io.Writer, h *queue.Health) error {
-	reg := prometheus.NewRegistry()
-	gauge := func(name, help string) prometheus.Gauge {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-		reg.MustRegister(g)
-		return g
-	}
-	vec := func(name, help, label string) *prometheus.GaugeVec {
-		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
-		reg.MustRegister(g)
-		return g
-	}
-	tasks := vec("cq_tasks", "Tasks by state.", "state")
+	var set promtext.Set
 	for st, n := range h.States {
-		tasks.WithLabelValues(st).Set(float64(n))
+		set.Labelled("cq_tasks", "Tasks by state.", "state", st, float64(n))
 	}
-	backlog := vec("cq_queue_backlog", "Tasks in todo, by queue.", "queue")
-	running := vec("cq_queue_running", "Live runs (queued, running, cancelling), by queue.", "queue")
-	paused := vec("cq_queue_paused", "1 if the queue is paused.", "queue")
 	for name, q := range h.Queues {
-		backlog.WithLabelValues(name).Set(float64(q.Backlog))
-		running.WithLabelValues(name).Set(float64(q.Running))
+		set.Labelled("cq_queue_backlog", "Tasks in todo, by queue.", "queue", name, float64(q.Backlog))
+		set.Labelled("cq_queue_running", "Live runs (queued, running, cancelling), by queue.", "queue", name, float64(q.Running))
 		p := 0.0
 		if q.Paused {
 			p = 1
 		}
-		paused.WithLabelValues(name).Set(p)
+		set.Labelled("cq_queue_paused", "1 if the queue is paused.", "queue", name, p)
 	}
-	finished := vec("cq_runs_finished", "Runs that ended within the health window ("+h.Window+"), by state.", "state")
 	for st, n := range h.RunsFinished {
-		finished.WithLabelValues(st).Set(float64(n))
+		set.Labelled("cq_runs_finished", "Runs that ended within the health window ("+h.Window+"), by state.", "state", st, float64(n))
 	}
 	if h.SuccessRate != nil {
-		gauge("cq_success_ratio", "Succeeded / (succeeded + failed + timeout) runs within the window.").Set(*h.SuccessRate)
+		set.Gauge("cq_success_ratio", "Succeeded / (succeeded + failed + timeout) runs within the window.", *h.SuccessRate)
 	}
 	if h.AvgDurationSeconds != nil {
-		gauge("cq_run_duration_seconds", "Average run duration within the window.").Set(*h.AvgDurationSeconds)
+		set.Gauge("cq_run_duration_seconds", "Average run duration within the window.", *h.AvgDurationSeconds)
 	}
-	gauge("cq_backlog", "Tasks in todo in queues that are not paused.").Set(float64(h.Backlog))
-	gauge("cq_blocked_retry", "Tasks blocked waiting for a retry.").Set(float64(h.BlockedRetry))
+	set.Gauge("cq_backlog", "Tasks in todo in queues that are not paused.", float64(h.Backlog))
+	set.Gauge("cq_blocked_retry", "Tasks blocked waiting for a retry.", float64(h.BlockedRetry))
 	hb := 0.0
 	if h.LastHeartbeat != nil {
 		hb = float64(queue.ParseStoredTime(*h.LastHeartbeat).UnixMilli()) / 1000
 	}
-	gauge("cq_last_heartbeat_timestamp_seconds", "Unix time of the last maintenance pass (0: never).").Set(hb)
+	set.Gauge("cq_last_heartbeat_timestamp_seconds", "Unix time of the last maintenance pass (0: never).", hb)
 	status := map[string]float64{queue.HealthOK: 0, queue.HealthDegraded: 1, queue.HealthUnhealthy: 2}[h.Status]
-	gauge("cq_health_status", "Health verdict: 0 ok, 1 degraded, 2 unhealthy.").Set(status)
-
-	mfs, err := reg.Gather()
-	if err != nil {
-		return err
-	}
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-			return err
-		}
-	}
-	return nil
+	set.Gauge("cq_health_status", "Health verdict: 0 ok, 1 degraded, 2 unhealthy.", status)
+	return set.Write(w)
 }

@@ -26,16 +26,13 @@ func writeJSONLine(w io.Writer, v any) error {
 // lines (header included, no decoration) when piped.
 func (a *App) writeTable(header []string, rows [][]string) error {
 	if a.stdoutIsTerminal() {
-		t := tablewriter.NewTable(a.Stdout)
-		h := make([]any, len(header))
-		for i, c := range header {
-			h[i] = c
-		}
-		t.Header(h...)
-		if err := t.Bulk(rows); err != nil {
-			return err
-		}
-		return t.Render()
+		t := tablewriter.NewWriter(a.Stdout)
+		t.SetHeader(header)
+		t.SetAutoFormatHeaders(false)
+		t.SetAutoWrapText(false)
+		t.AppendBulk(rows)
+		t.Render()
+		return nil
 	}
 	w := bufio.NewWriter(a.Stdout)
 	w.WriteString(strings.Join(header, "\t") + "\n")

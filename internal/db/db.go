@@ -8,11 +8,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,26 +46,36 @@ type Migration struct {
 	SQL     string
 }
 
-var migrationHeader = regexp.MustCompile(`(?m)^-- migration (\d+)\s*$`)
-
-// Migrations splits the embedded schema into its numbered sections.
-func Migrations() []Migration {
-	locs := migrationHeader.FindAllStringSubmatchIndex(cq.SchemaSQL, -1)
+// migrations is schema.sql split once, on first use.
+var migrations = sync.OnceValue(func() []Migration {
 	var out []Migration
-	for i, loc := range locs {
-		v, _ := strconv.Atoi(cq.SchemaSQL[loc[2]:loc[3]])
-		end := len(cq.SchemaSQL)
-		if i+1 < len(locs) {
-			end = locs[i+1][0]
+	const prefix = "-- migration "
+	rest := cq.SchemaSQL
+	for len(rest) > 0 {
+		line, next, _ := strings.Cut(rest, "\n")
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				out = append(out, Migration{Version: n})
+				rest = next
+				continue
+			}
 		}
-		out = append(out, Migration{Version: v, SQL: cq.SchemaSQL[loc[1]:end]})
+		if len(out) > 0 {
+			m := &out[len(out)-1]
+			m.SQL += rest[:len(rest)-len(next)]
+		}
+		rest = next
 	}
 	return out
-}
+})
+
+// Migrations splits the embedded schema into its numbered sections, each
+// starting at a line "-- migration N".
+func Migrations() []Migration { return migrations() }
 
 // LatestVersion is the schema version this build writes.
 func LatestVersion() int {
-	m := Migrations()
+	m := migrations()
 	return m[len(m)-1].Version
 }
 
@@ -120,11 +129,17 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	d := &DB{SQL: sqldb, Path: path}
 	// The version is read before anything is written: a database from a
 	// newer cq is refused untouched, even its journal mode.
-	if err := d.checkVersion(ctx); err != nil {
+	v, err := d.checkVersion(ctx)
+	if err != nil {
 		// Not closed: closing the last connection to a WAL database
 		// checkpoints it, which would rewrite the file we must leave
 		// untouched. The connection goes when the process does.
 		return nil, err
+	}
+	if v == LatestVersion() {
+		// Up to date, so already in WAL mode (set before the first
+		// migration): the common case costs one statement.
+		return d, nil
 	}
 	if err := d.walMode(ctx); err != nil {
 		_ = sqldb.Close()
@@ -141,25 +156,18 @@ func Open(ctx context.Context, path string) (*DB, error) {
 // SQLite opens it: SQLite gives the -wal and -shm files the mode of the
 // database file, so they end up private too, whatever the umask.
 func createPrivate(path string) error {
-	if dir := filepath.Dir(path); dir != "" {
-		if _, err := os.Stat(dir); err != nil {
-			return fmt.Errorf("database folder: %w", err)
-		}
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return nil // SQLite opens it as it is.
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("database folder: %w", err)
+	case err != nil:
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if st.Mode().Perm() != 0o600 && st.Size() == 0 {
-		// Freshly created under a restrictive or permissive umask.
-		return f.Chmod(0o600)
-	}
-	return nil
+	// Created just now, under whatever umask: make it exactly 0600.
+	return f.Chmod(0o600)
 }
 
 func (d *DB) userVersion(ctx context.Context, q interface {
@@ -170,16 +178,17 @@ func (d *DB) userVersion(ctx context.Context, q interface {
 	return v, err
 }
 
-func (d *DB) checkVersion(ctx context.Context) error {
+// checkVersion reads the schema version and refuses a newer one.
+func (d *DB) checkVersion(ctx context.Context) (int, error) {
 	latest := LatestVersion()
 	v, err := d.userVersion(ctx, d.SQL)
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	if v > latest {
-		return fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
+		return 0, fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
 	}
-	return nil
+	return v, nil
 }
 
 // walMode switches the database to WAL, once: the mode is stored in the
