@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +36,12 @@ type run struct {
 	dir     string
 	started time.Time
 	timer   *time.Timer
+	// pidfd is the process's pidfd (-1 where the kernel has none); ws
+	// and waitErr are how it ended (waitErr: it could not be waited for).
+	pidfd   int
+	pid     int
+	reaped  atomic.Bool
+	ws      syscall.WaitStatus
 	waitErr error
 
 	mu        sync.Mutex
@@ -120,14 +128,77 @@ func (r *run) kill(why string, grace time.Duration) bool {
 	return true
 }
 
+// wait waits for the run's process to end and reaps it. With a pidfd the
+// wait is the runtime's poller's: no thread sits blocked in waitid for
+// each live run (at 2000 runs a second, those threads and the scheduler's
+// hand-offs around them cost more than the runs). Without one (kernels
+// before 5.3) it is exec.Cmd.Wait.
+func (r *run) wait() {
+	defer r.reaped.Store(true)
+	defer r.cmd.Process.Release()
+	if r.pidfd >= 0 {
+		if err := syscall.SetNonblock(r.pidfd, true); err == nil {
+			f := os.NewFile(uintptr(r.pidfd), "pidfd")
+			r.pidfd = -1
+			defer f.Close()
+			if rc, err := f.SyscallConn(); err == nil {
+				pid := r.pid
+				var werr error
+				err := rc.Read(func(uintptr) bool {
+					var got int
+					for {
+						got, werr = syscall.Wait4(pid, &r.ws, syscall.WNOHANG, nil)
+						if !errors.Is(werr, syscall.EINTR) {
+							break
+						}
+					}
+					return werr != nil || got == pid
+				})
+				if err == nil && werr == nil {
+					return
+				}
+				if werr == nil {
+					werr = err
+				}
+				// ECHILD: reaped elsewhere (cannot happen: nothing else
+				// waits for it); report it as a wait failure.
+				r.waitErr = fmt.Errorf("wait: %w", werr)
+				return
+			}
+		}
+		r.closePidfd()
+	}
+	err := r.cmd.Wait()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		r.ws = 0
+	case errors.As(err, &ee):
+		r.ws, _ = ee.Sys().(syscall.WaitStatus)
+	default:
+		r.waitErr = err
+	}
+}
+
+// closePidfd closes the pidfd unless wait took it.
+func (r *run) closePidfd() {
+	if r.pidfd >= 0 {
+		_ = syscall.Close(r.pidfd)
+		r.pidfd = -1
+	}
+}
+
 // exited reports, without reaping it, whether the run's process has
 // already ended (or been reaped by its waiting goroutine).
 func (r *run) exited() bool {
-	if r.cmd == nil || r.cmd.Process == nil {
+	if r.reaped.Load() {
+		return true
+	}
+	if r.pid == 0 {
 		return false
 	}
 	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, r.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	err := unix.Waitid(unix.P_PID, r.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 	if err != nil {
 		return errors.Is(err, unix.ECHILD)
 	}
@@ -200,7 +271,7 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		return fail(queue.ClassTransient, "stdin: "+err.Error())
 	}
 	defer in.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := w.command(argv)
 	if cmd.Err != nil {
 		closeFiles()
 		return fail(queue.ClassTransient, "spawn: "+cmd.Err.Error())
@@ -210,15 +281,58 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	// Its own process group, so that timeouts, cancels and the supervisor
 	// reach grandchildren; the parent-death signal is a first line of
 	// defence for the direct child.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	r.pidfd = -1
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &r.pidfd}
 	if err := cmd.Start(); err != nil {
+		w.forgetPath(argv[0])
 		closeFiles()
 		return fail(queue.ClassTransient, "spawn: "+err.Error())
 	}
-	r.cmd, r.pgid, r.started = cmd, cmd.Process.Pid, time.Now()
+	r.cmd, r.pid, r.pgid, r.started = cmd, cmd.Process.Pid, cmd.Process.Pid, time.Now()
 	r.renewed(time.Now())
 	w.sup.add(r.pgid, c.RunID)
 	return r, nil
+}
+
+// pathTTL is how long a command name's PATH lookup is reused: a busy
+// worker runs the same few commands thousands of times a second, and each
+// lookup stats every PATH entry before the right one.
+const pathTTL = time.Second
+
+type pathEntry struct {
+	path string
+	at   time.Time
+}
+
+// command is exec.Command with the PATH lookup of a bare command name
+// reused for pathTTL (the worker's own PATH, as exec.Command uses).
+func (w *Worker) command(argv []string) *exec.Cmd {
+	name := argv[0]
+	if strings.Contains(name, "/") {
+		return exec.Command(name, argv[1:]...)
+	}
+	w.pathMu.Lock()
+	e, ok := w.paths[name]
+	w.pathMu.Unlock()
+	if !ok || time.Since(e.at) > pathTTL {
+		cmd := exec.Command(name, argv[1:]...)
+		if cmd.Err == nil && filepath.IsAbs(cmd.Path) {
+			w.pathMu.Lock()
+			w.paths[name] = pathEntry{cmd.Path, time.Now()}
+			w.pathMu.Unlock()
+		}
+		return cmd
+	}
+	// As exec.Command builds it once LookPath has answered.
+	return &exec.Cmd{Path: e.path, Args: argv}
+}
+
+// forgetPath drops a cached lookup whose start failed: the next run of
+// that name looks it up again.
+func (w *Worker) forgetPath(name string) {
+	w.pathMu.Lock()
+	delete(w.paths, name)
+	w.pathMu.Unlock()
 }
 
 // launch starts claimed tasks and records their starts (queued →
@@ -274,6 +388,7 @@ func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
 				}
 				w.log.Warn("run.start_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", why.Error())
 				signalGroup(r.pgid, syscall.SIGKILL)
+				r.closePidfd()
 				_ = r.cmd.Wait()
 				w.sup.del(r.pgid, r.c.RunID)
 				r.stdout.Close()
@@ -288,7 +403,7 @@ func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
 				r.timer = time.AfterFunc(r.c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
 			}
 			go func() {
-				r.waitErr = r.cmd.Wait()
+				r.wait()
 				w.exited <- r
 			}()
 		}
@@ -401,12 +516,12 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	e := ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token}}
 	o := &e.f.Outcome
 	o.State = queue.RunSucceeded
-	var ee *exec.ExitError
-	switch {
-	case r.waitErr == nil:
+	switch ws := r.ws; {
+	case r.waitErr != nil:
+		o.State, o.Class, o.Error = queue.RunFailed, queue.ClassTransient, r.waitErr.Error()
+	case ws.Exited() && ws.ExitStatus() == 0:
 		o.ExitCode = intp(0)
-	case errors.As(r.waitErr, &ee):
-		ws, _ := ee.Sys().(syscall.WaitStatus)
+	default:
 		if ws.Signaled() {
 			o.Signal = signalName(ws.Signal())
 		} else {
@@ -416,8 +531,6 @@ func (w *Worker) ended(r *run) (ending, bool) {
 		if o.ExitCode != nil && *o.ExitCode == queue.ExitTempFail {
 			o.Class = queue.ClassTransient
 		}
-	default:
-		o.State, o.Class, o.Error = queue.RunFailed, queue.ClassTransient, r.waitErr.Error()
 	}
 	switch r.why() {
 	case killTimeout:

@@ -95,6 +95,14 @@ type Worker struct {
 	summaryDone chan struct{}
 	// stopping is set (on the loop's goroutine) once a graceful stop began.
 	stopping bool
+	// watcher and watched are the folder watch (see watch); the loop turns
+	// it off while every slot is busy.
+	watcher *fsnotify.Watcher
+	watched []string
+	watchOn bool
+	// paths caches PATH lookups of command names (see command).
+	pathMu sync.Mutex
+	paths  map[string]pathEntry
 }
 
 // New makes a worker over st.
@@ -112,6 +120,7 @@ func New(st *queue.Store, opt Options) *Worker {
 		exited:  make(chan *run, 256),
 		wake:    make(chan struct{}, 1),
 		environ: os.Environ(),
+		paths:   map[string]pathEntry{},
 	}
 }
 
@@ -197,6 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Info("worker.stopped", "worker", w.id, "why", "idle (--idle-exit)")
 			return nil
 		}
+		w.watching(w.live() < w.opt.Concurrency)
 		var idle <-chan time.Time
 		if w.opt.IdleExit > 0 && w.live() == 0 {
 			idle = time.After(w.opt.IdleExit - time.Since(idleSince))
@@ -336,11 +346,11 @@ func (w *Worker) watch() func() {
 		w.log.Warn("watch.unavailable", "error", err.Error())
 		return func() {}
 	}
+	w.watcher = fw
 	for d := range dirs {
-		if err := fw.Add(d); err != nil {
-			w.log.Warn("watch.unavailable", "dir", d, "error", err.Error())
-		}
+		w.watched = append(w.watched, d)
 	}
+	w.watching(true)
 	done := make(chan struct{})
 	var rechecking atomic.Bool
 	go func() {
@@ -371,6 +381,32 @@ func (w *Worker) watch() func() {
 		}
 	}()
 	return func() { close(done); fw.Close() }
+}
+
+// watching turns the folder watch on or off (on the loop's goroutine).
+// While every slot is busy the loop has nothing to claim, and each of the
+// store's writes (a dozen per run, most of them the worker's own) would
+// otherwise wake it for nothing. Turning it back on pokes the loop once:
+// a commit made while it was off is seen by that look.
+func (w *Worker) watching(on bool) {
+	if w.watcher == nil || on == w.watchOn {
+		return
+	}
+	w.watchOn = on
+	for _, d := range w.watched {
+		var err error
+		if on {
+			err = w.watcher.Add(d)
+		} else {
+			err = w.watcher.Remove(d)
+		}
+		if err != nil && on {
+			w.log.Warn("watch.unavailable", "dir", d, "error", err.Error())
+		}
+	}
+	if on {
+		w.poke()
+	}
 }
 
 // stop is the graceful stop: no more claims; wait up to Grace for the
