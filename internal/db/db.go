@@ -38,6 +38,8 @@ type DB struct {
 	SQL  *sql.DB
 	Path string
 	mu   sync.Mutex
+	// wconn is the connection every Write uses (under mu).
+	wconn *sql.Conn
 }
 
 // Migration is one numbered section of schema.sql.
@@ -243,7 +245,7 @@ func (d *DB) migrate(ctx context.Context) error {
 	}
 	// Several processes may open a new home at once: BEGIN IMMEDIATE makes
 	// them take turns, and each re-reads the version under the lock.
-	return d.Write(ctx, func(tx *sql.Tx) error {
+	return d.Write(ctx, func(tx *Tx) error {
 		v, err := d.userVersion(ctx, tx)
 		if err != nil {
 			return err
@@ -266,26 +268,82 @@ func (d *DB) migrate(ctx context.Context) error {
 	})
 }
 
+// Tx is a write transaction on the store's one write connection. Its
+// statements run without the caller's cancellation: a transaction, once
+// begun, runs to its commit or rollback (each takes microseconds), and a
+// statement given a cancellable context costs the driver a goroutine.
+type Tx struct {
+	c   *sql.Conn
+	ctx context.Context
+}
+
+// ExecContext runs a statement in the transaction.
+func (t *Tx) ExecContext(_ context.Context, q string, args ...any) (sql.Result, error) {
+	return t.c.ExecContext(t.ctx, q, args...)
+}
+
+// QueryContext runs a query in the transaction.
+func (t *Tx) QueryContext(_ context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.c.QueryContext(t.ctx, q, args...)
+}
+
+// QueryRowContext runs a one-row query in the transaction.
+func (t *Tx) QueryRowContext(_ context.Context, q string, args ...any) *sql.Row {
+	return t.c.QueryRowContext(t.ctx, q, args...)
+}
+
 // Write runs fn in one write transaction (BEGIN IMMEDIATE) and commits it
-// if fn returns nil.
-func (d *DB) Write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// if fn returns nil. Every write of this process goes through one
+// dedicated connection, taken from the pool on first use and kept: its
+// page cache stays valid from one transaction to the next, and there is
+// no database/sql transaction (whose watcher goroutine per transaction and
+// per query in it cost more than the statements).
+func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tx, err := d.SQL.BeginTx(ctx, nil)
-	if err != nil {
+	if d.wconn == nil {
+		c, err := d.SQL.Conn(ctx)
+		if err != nil {
+			return wrapBusy(err)
+		}
+		d.wconn = c
+	}
+	// BEGIN may wait up to the busy timeout for another process: that wait
+	// is the one the caller's context can cut short.
+	if _, err := d.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return wrapBusy(err)
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
+	bg := context.WithoutCancel(ctx)
+	done := false
+	defer func() {
+		if !done {
+			// fn failed or panicked; SQLite may have rolled back already
+			// (after a busy or full error), so an error here means nothing.
+			_, _ = d.wconn.ExecContext(bg, "ROLLBACK")
+		}
+	}()
+	if err := fn(&Tx{c: d.wconn, ctx: bg}); err != nil {
 		return err
 	}
-	return wrapBusy(tx.Commit())
+	if _, err := d.wconn.ExecContext(bg, "COMMIT"); err != nil {
+		return wrapBusy(err)
+	}
+	done = true
+	return nil
 }
 
 // Close closes the pool. Short-lived commands may skip it: leaving the
 // connection open at exit keeps the WAL file for the next call instead of
 // checkpointing and deleting it every time.
-func (d *DB) Close() error { return d.SQL.Close() }
+func (d *DB) Close() error {
+	d.mu.Lock()
+	if d.wconn != nil {
+		_ = d.wconn.Close()
+		d.wconn = nil
+	}
+	d.mu.Unlock()
+	return d.SQL.Close()
+}
 
 func wrapBusy(err error) error {
 	var se sqlite3.Error

@@ -13,7 +13,6 @@ package heartbeat_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -140,7 +139,7 @@ func benchBuild(b testing.TB, path string, n int, mix string) {
 			UNION ALL SELECT created, 'task.' || state, printf('t%07d', i), 'doing', state FROM gen WHERE state IN ('done','failed','cancelled')`,
 		`DROP TABLE gen`,
 	}
-	err = d.Write(ctx, func(tx *sql.Tx) error {
+	err = d.Write(ctx, func(tx *db.Tx) error {
 		for _, s := range stmts {
 			if _, err := tx.ExecContext(ctx, s); err != nil {
 				return fmt.Errorf("%.60s…: %w", s, err)

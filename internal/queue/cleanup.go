@@ -2,9 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // Retention says how long terminal tasks are kept, by finish time.
@@ -52,7 +53,7 @@ func (s *Store) ExpiredCounts(ctx context.Context, r Retention) (map[string]int,
 func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, limit int) (int, []string, error) {
 	var n int
 	var runIDs []string
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n, runIDs = 0, runIDs[:0]
 		ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?`,
 			state, FormatTime(now.Add(-r.of(state))), limit)
@@ -91,7 +92,7 @@ func (s *Store) IncrementalVacuum(ctx context.Context, pages int) (int, error) {
 	if before == 0 {
 		return 0, nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx, _ time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, _ time.Time) error {
 		rows, err := tx.QueryContext(ctx, `PRAGMA incremental_vacuum(`+itoa(pages)+`)`)
 		if err != nil {
 			return err

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // Created is the outcome of creating one spec.
@@ -37,7 +39,7 @@ type CreateOptions struct {
 // must be normalised already; an --after id must be exact.
 func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]Created, error) {
 	out := make([]Created, 0, len(specs))
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
 		c := newCreator(tx, now)
 		for i, sp := range specs {
@@ -54,12 +56,12 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 
 // creator carries per-transaction caches for a run of creates.
 type creator struct {
-	tx     *sql.Tx
+	tx     *db.Tx
 	now    time.Time
 	queues map[string]bool
 }
 
-func newCreator(tx *sql.Tx, now time.Time) *creator {
+func newCreator(tx *db.Tx, now time.Time) *creator {
 	return &creator{tx: tx, now: now, queues: map[string]bool{}}
 }
 

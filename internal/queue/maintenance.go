@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // TimeoutQueuedRuns ends runs that stayed queued (claimed, never started)
@@ -19,7 +21,7 @@ func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
 // TimeoutQueuedRunList is TimeoutQueuedRuns returning the runs it ended.
 func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
@@ -58,7 +60,7 @@ func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
 // checked against the dependencies themselves, so a stale count heals too.
 func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
 		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = 0
 			WHERE state = 'blocked' AND deps_left > 0 AND id IN (SELECT id FROM tasks WHERE state = 'blocked' AND deps_left > 0 LIMIT 1000)
@@ -86,7 +88,7 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 // cancelled, with the reason.
 func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
 		rows, err := tx.QueryContext(ctx, `SELECT d.task_id, dep.id, dep.state FROM tasks dep
 			JOIN task_deps d ON d.dep_id = dep.id JOIN tasks t ON t.id = d.task_id
@@ -131,7 +133,7 @@ func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 // (seed 004: warn, never cancel).
 func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
@@ -170,7 +172,7 @@ func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
 
 // SetSystemState records key/value pairs in system_state (seed 001).
 func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error {
-	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		for k, v := range kv {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
 				ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, k, v, FormatTime(now)); err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // Resolve turns an id or a unique prefix of one into the full id. An exact
@@ -62,9 +64,9 @@ func resolve(ctx context.Context, q querier, ref string) (string, error) {
 
 // mutate resolves ref and runs fn on the task's current row in one write
 // transaction. It returns the task's id and the state it ended in.
-func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sql.Tx, now time.Time, t *taskRow) error) (string, string, error) {
+func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *db.Tx, now time.Time, t *taskRow) error) (string, string, error) {
 	var id, state string
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		var err error
 		id, err = resolve(ctx, tx, ref)
 		if err != nil {
@@ -93,12 +95,12 @@ func refused(t *taskRow, what string) error {
 // Enqueue is the gateway step: an inbox task goes to todo, or blocked if
 // something blocks it. It returns the full id and the new state.
 func (s *Store) Enqueue(ctx context.Context, ref string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return enqueueTask(ctx, tx, now, t, "")
 	})
 }
 
-func enqueueTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func enqueueTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	if t.State != TaskInbox {
 		return refused(t, "enqueue")
 	}
@@ -113,12 +115,12 @@ func (s *Store) Cancel(ctx context.Context, ref, reason string) (string, string,
 	if reason == "" {
 		reason = "cancelled by user"
 	}
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return cancelByUser(ctx, tx, now, t, reason)
 	})
 }
 
-func cancelByUser(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskInbox, TaskTodo, TaskBlocked:
 		return cancelTask(ctx, tx, now, t, reason)
@@ -131,7 +133,7 @@ func cancelByUser(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, re
 // cancelDoing asks the live run of a doing task to stop. A run not yet
 // started is cancelled outright with its task; a running one goes to
 // cancelling for its worker to confirm; one already cancelling is left.
-func cancelDoing(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	var runID, state string
 	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND state IN ('queued','running','cancelling')
 		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
@@ -155,7 +157,7 @@ func cancelDoing(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, rea
 }
 
 // casRun moves a run from one state to another and records the event.
-func casRun(ctx context.Context, tx *sql.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
+func casRun(ctx context.Context, tx *db.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
 	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
 	if set != "" {
 		q += `, ` + set
@@ -178,12 +180,12 @@ func casRun(ctx context.Context, tx *sql.Tx, now time.Time, runID, taskID, from,
 // Hold adds a hold to an inbox, todo or blocked task. A todo task goes to
 // blocked; the others keep their state. Holding a held task is a no-op.
 func (s *Store) Hold(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return holdTask(ctx, tx, now, t, reason)
 	})
 }
 
-func holdTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func holdTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskInbox, TaskBlocked:
 		if t.Hold {
@@ -198,7 +200,7 @@ func holdTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason
 
 // casSame changes a task's fields without changing its state, guarded by
 // the state it was read in, and records the event (from = to).
-func casSame(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
+func casSame(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
 	all := append([]any{FormatTime(now)}, args...)
 	all = append(all, t.ID, t.State)
 	res, err := tx.ExecContext(ctx, `UPDATE tasks SET updated_at = ?, `+set+` WHERE id = ? AND state = ?`, all...)
@@ -214,12 +216,12 @@ func casSame(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, kind, r
 // Release removes a task's hold. A blocked task with nothing else blocking
 // it goes to todo.
 func (s *Store) Release(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return releaseTask(ctx, tx, now, t, reason)
 	})
 }
 
-func releaseTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func releaseTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	if !t.Hold || (t.State != TaskInbox && t.State != TaskBlocked) {
 		if t.State == TaskInbox || t.State == TaskBlocked || t.State == TaskTodo {
 			return conflictf("cannot release task %s: it is %s without a hold", t.ID, t.State)
@@ -241,12 +243,12 @@ func releaseTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, rea
 // (or blocked if a hold or an unmet dependency remains), at the back of its
 // key lane; blocked only by a retry backoff or a schedule → todo now.
 func (s *Store) Retry(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return retryTask(ctx, tx, now, t, reason)
 	})
 }
 
-func retryTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskFailed, TaskCancelled:
 		if dep, why, err := deadDependency(ctx, tx, t.ID); err != nil {
@@ -301,7 +303,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 	if !ValidTaskState(target) {
 		return "", "", invalidf("unknown state %q (want one of %s)", target, strings.Join(TaskStates, ", "))
 	}
-	return s.mutate(ctx, ref, func(tx *sql.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		var err error
 		switch target {
 		case TaskTodo:

@@ -2,9 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // Queue is a queue's settings and live counts as cq prints them.
@@ -122,7 +123,7 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 			kind = "queue.paused"
 		}
 	}
-	return s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	return s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		if err := ensureQueue(ctx, tx, now, name); err != nil {
 			return err
 		}
@@ -144,7 +145,7 @@ func (s *Store) ClearQueue(ctx context.Context, name string) (int, error) {
 		return 0, invalidf("invalid queue name %q", name)
 	}
 	n := 0
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE name = ?`, name).Scan(&exists); err != nil {

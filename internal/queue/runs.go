@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cq-dev/cq/internal/db"
 )
 
 // Failure classes decide which retry budget a failed run spends (SPEC
@@ -106,7 +108,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*Claimed, error) {
 // ClaimN claims up to n tasks, as Claim does, in one transaction.
 func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, error) {
 	var out []*Claimed
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		var err error
 		out, err = claimTx(ctx, tx, now, p, n)
 		return err
@@ -115,7 +117,7 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 }
 
 // claimTx claims up to n tasks inside tx.
-func claimTx(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
+func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
 	}
@@ -133,7 +135,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams, n in
 	return out, nil
 }
 
-func claimOne(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams) (*Claimed, error) {
+func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams) (*Claimed, error) {
 	qs, err := claimableQueues(ctx, tx, p.Queues)
 	if err != nil {
 		return nil, err
@@ -184,7 +186,7 @@ func claimOne(ctx context.Context, tx *sql.Tx, now time.Time, p ClaimParams) (*C
 
 // claimableQueues are the queues a claim may take from now: not paused,
 // below their concurrency, among the wanted ones.
-func claimableQueues(ctx context.Context, tx *sql.Tx, wanted []string) ([]*queueRow, error) {
+func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*queueRow, error) {
 	q := `SELECT ` + queueCols + ` FROM queues WHERE paused = 0`
 	var args []any
 	if len(wanted) > 0 {
@@ -273,7 +275,7 @@ type Start struct {
 // StartRuns records several starts in one transaction; errs[i] is the
 // outcome of starts[i] (a conflict: kill that run's group).
 func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, err error) {
-	err = s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err = s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		errs = make([]error, len(starts))
 		for i, st := range starts {
 			errs[i] = startTx(ctx, tx, now, st)
@@ -287,7 +289,7 @@ func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, er
 }
 
 // startTx is one queued → running CAS; it writes nothing if it fails.
-func startTx(ctx context.Context, tx *sql.Tx, now time.Time, st Start) error {
+func startTx(ctx context.Context, tx *db.Tx, now time.Time, st Start) error {
 	r, err := getRun(ctx, tx, st.RunID)
 	if err != nil {
 		return err
@@ -302,7 +304,7 @@ func startTx(ctx context.Context, tx *sql.Tx, now time.Time, st Start) error {
 }
 
 // casRunToken is casRun guarded by the run's lease token as well.
-func casRunToken(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, to, reason, set string, args ...any) error {
+func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, reason, set string, args ...any) error {
 	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
 	if set != "" {
 		q += `, ` + set
@@ -342,7 +344,7 @@ type Renewal struct {
 // expired. A refusal means the worker has lost the run.
 func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Duration) (Renewal, error) {
 	var out Renewal
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		exp := now.Add(ttl)
 		rows, err := tx.QueryContext(ctx, `UPDATE runs SET lease_expires_at = ?
 			WHERE id = ? AND lease_token = ? AND state IN ('queued','running','cancelling') AND lease_expires_at > ?
@@ -436,7 +438,7 @@ type FinishResult struct {
 // that a busy worker pays one commit per cycle instead of one per step.
 func (s *Store) FinishRuns(ctx context.Context, fs []Finish, claim *ClaimN) (FinishResult, error) {
 	var res FinishResult
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		res = FinishResult{Finished: make([]Finished, len(fs))}
 		for i, f := range fs {
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT finish`); err != nil {
@@ -475,7 +477,7 @@ type ClaimN struct {
 	N      int
 }
 
-func finishTx(ctx context.Context, tx *sql.Tx, now time.Time, f Finish) (string, error) {
+func finishTx(ctx context.Context, tx *db.Tx, now time.Time, f Finish) (string, error) {
 	r, err := getRun(ctx, tx, f.RunID)
 	if err != nil {
 		return "", err
@@ -494,7 +496,7 @@ func finishTx(ctx context.Context, tx *sql.Tx, now time.Time, f Finish) (string,
 }
 
 // endRun moves a live run to its terminal state and decides its task.
-func endRun(ctx context.Context, tx *sql.Tx, now time.Time, r *runRow, o Outcome, reason string) (string, error) {
+func endRun(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, o Outcome, reason string) (string, error) {
 	switch {
 	case RunTerminal(r.State):
 		return "", conflictf("run %s already ended %s", r.ID, r.State)
@@ -605,11 +607,11 @@ func Backoff(class string, n int, base time.Duration) time.Duration {
 
 // finishTask ends a doing task done or failed, hands its lane on, and
 // tells its dependents.
-func finishTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, reason string) error {
+func finishTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, reason string) error {
 	return finishTaskSet(ctx, tx, now, t, to, reason, "")
 }
 
-func finishTaskSet(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, reason, set string) error {
+func finishTaskSet(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, reason, set string) error {
 	s := `lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`
 	if set != "" {
 		s += ", " + set
@@ -630,7 +632,7 @@ func finishTaskSet(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, t
 
 // releaseDependents counts a finished dependency off its dependents and
 // moves those that nothing blocks any more from blocked to todo.
-func releaseDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep string) error {
+func releaseDependents(ctx context.Context, tx *db.Tx, now time.Time, dep string) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
 		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND state IN ('inbox','blocked')`, dep); err != nil {
 		return err
@@ -693,7 +695,7 @@ type Reaped struct {
 // never touched.
 func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs
 			WHERE state IN ('queued','running','cancelling') AND lease_expires_at < ? LIMIT 500`, FormatTime(now))

@@ -2,10 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"time"
 
+	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/spool"
 )
 
@@ -28,7 +28,7 @@ func SpoolLine(line []byte) (Spec, error) {
 func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
 	return spool.Drain(home, s.Now, func(lines [][]byte) ([]spool.Reject, error) {
 		var rejects []spool.Reject
-		err := s.write(ctx, func(tx *sql.Tx, now time.Time) error {
+		err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 			rejects = rejects[:0]
 			c := newCreator(tx, now)
 			for _, line := range lines {

@@ -29,11 +29,11 @@ func New(d *db.DB) *Store {
 func (s *Store) now() time.Time { return s.Now().UTC() }
 
 // write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx, now time.Time) error) error {
-	return s.DB.Write(ctx, func(tx *sql.Tx) error { return fn(tx, s.now()) })
+func (s *Store) write(ctx context.Context, fn func(tx *db.Tx, now time.Time) error) error {
+	return s.DB.Write(ctx, func(tx *db.Tx) error { return fn(tx, s.now()) })
 }
 
-// querier is what both *sql.DB and *sql.Tx offer.
+// querier is what both *sql.DB and *db.Tx offer.
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
@@ -116,7 +116,7 @@ func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time
 
 // nextSeq is the seq the next event will get; a task entering its lane
 // takes it as its place, so lane order is gateway order.
-func nextSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
+func nextSeq(ctx context.Context, tx *db.Tx) (int64, error) {
 	var seq int64
 	err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1`).Scan(&seq)
 	return seq, err
@@ -128,7 +128,7 @@ type event struct {
 	Data                                  any
 }
 
-func addEvent(ctx context.Context, tx *sql.Tx, now time.Time, e event) error {
+func addEvent(ctx context.Context, tx *db.Tx, now time.Time, e event) error {
 	var data any
 	if e.Data != nil {
 		b, err := json.Marshal(e.Data)
@@ -145,7 +145,7 @@ func addEvent(ctx context.Context, tx *sql.Tx, now time.Time, e event) error {
 
 // laneIsFree reports whether no live task holds key's lane, so a task
 // entering it becomes its head.
-func laneIsFree(ctx context.Context, tx *sql.Tx, key, exceptID string) (bool, error) {
+func laneIsFree(ctx context.Context, tx *db.Tx, key, exceptID string) (bool, error) {
 	if key == "" {
 		return true, nil
 	}
@@ -158,7 +158,7 @@ func laneIsFree(ctx context.Context, tx *sql.Tx, key, exceptID string) (bool, er
 }
 
 // advanceLane hands key's lane to its next task after its head left it.
-func advanceLane(ctx context.Context, tx *sql.Tx, key string) error {
+func advanceLane(ctx context.Context, tx *db.Tx, key string) error {
 	if key == "" {
 		return nil
 	}
@@ -171,7 +171,7 @@ func advanceLane(ctx context.Context, tx *sql.Tx, key string) error {
 // casTask moves a task from one state to another and records the event;
 // set lists extra assignments. A lost CAS returns a conflict naming the
 // state the task is in now.
-func casTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
+func casTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
 	q := `UPDATE tasks SET state = ?, updated_at = ?`
 	if set != "" {
 		q += `, ` + set
@@ -201,7 +201,7 @@ func casTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, to, kin
 // it at the back of its key lane, and becomes the lane's head if the lane
 // is free. If a dependency already ended failed or cancelled it is
 // cancelled instead.
-func enterLane(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
+func enterLane(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
 	if mayHaveDeps {
 		if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
 			return "", err
@@ -234,7 +234,7 @@ func enterLane(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reaso
 
 // deadDependency returns a dependency of id that ended failed or
 // cancelled, with the reason a dependent is cancelled for it.
-func deadDependency(ctx context.Context, tx *sql.Tx, id string) (string, string, error) {
+func deadDependency(ctx context.Context, tx *db.Tx, id string) (string, string, error) {
 	var dep, state string
 	err := tx.QueryRowContext(ctx, `SELECT t.id, t.state FROM task_deps d JOIN tasks t ON t.id = d.dep_id
 		WHERE d.task_id = ? AND t.state IN ('failed','cancelled') ORDER BY d.pos LIMIT 1`, id).Scan(&dep, &state)
@@ -250,7 +250,7 @@ func deadDependency(ctx context.Context, tx *sql.Tx, id string) (string, string,
 // cancelTask ends a task that is not running (inbox, todo, blocked; or
 // doing whose run is being cancelled) as cancelled, hands its lane on, and
 // cancels its dependents, transitively.
-func cancelTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	wasInLane := t.State == TaskTodo || t.State == TaskBlocked || t.State == TaskDoing
 	err := casTask(ctx, tx, now, t, TaskCancelled, "", reason,
 		`lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`, FormatTime(now), nullable(reason))
@@ -266,7 +266,7 @@ func cancelTask(ctx context.Context, tx *sql.Tx, now time.Time, t *taskRow, reas
 }
 
 // cancelDependents cancels every task still waiting on dep.
-func cancelDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep, reason string) error {
+func cancelDependents(ctx context.Context, tx *db.Tx, now time.Time, dep, reason string) error {
 	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
 		WHERE d.dep_id = ? AND t.state IN ('inbox','todo','blocked')`, dep)
 	if err != nil {
@@ -294,7 +294,7 @@ func cancelDependents(ctx context.Context, tx *sql.Tx, now time.Time, dep, reaso
 }
 
 // ensureQueue records that a queue exists, with default settings.
-func ensureQueue(ctx context.Context, tx *sql.Tx, now time.Time, name string) error {
+func ensureQueue(ctx context.Context, tx *db.Tx, now time.Time, name string) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 		name, FormatTime(now), FormatTime(now))
 	return err
