@@ -32,7 +32,7 @@ func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
 				continue
 			}
 			limit := time.Duration(q.StartTimeoutMS) * time.Millisecond
-			ids, err := queryIDs(ctx, tx, `SELECT id FROM runs WHERE state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`,
+			ids, err := queryIDs(ctx, tx, sqlQueuedTooLong,
 				q.Name, FormatTime(now.Add(-limit)))
 			if err != nil {
 				return err

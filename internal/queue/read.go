@@ -405,7 +405,7 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 // CancellingRuns returns the ids of this worker's runs that a user asked
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id FROM runs WHERE state = 'cancelling' AND worker = ?`, worker)
+	rows, err := s.DB.SQL.QueryContext(ctx, sqlCancellingRuns, worker)
 	if err != nil {
 		return nil, err
 	}

@@ -216,7 +216,7 @@ func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*queueR
 	for _, r := range all {
 		if r.Concurrency > 0 {
 			var live int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE queue = ? AND state IN ('queued','running','cancelling')`,
+			if err := tx.QueryRowContext(ctx, sqlQueueLive,
 				r.Name).Scan(&live); err != nil {
 				return nil, err
 			}
@@ -332,6 +332,18 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 	}
 	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: r.TaskID, RunID: r.ID, From: r.State, To: to, Reason: reason})
 }
+
+// Queries on live runs. Each repeats runs_live's own condition: SQLite
+// uses a partial index only for a query whose WHERE contains that term
+// (state = 'cancelling' alone does not let it prove the IN list), and
+// without it these scans read every run ever kept.
+const (
+	liveRuns          = `state IN ('queued','running','cancelling')`
+	sqlCancellingRuns = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'cancelling' AND worker = ?`
+	sqlQueuedTooLong  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`
+	sqlExpiredLeases  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND lease_expires_at < ? LIMIT 500`
+	sqlQueueLive      = `SELECT COUNT(*) FROM runs WHERE queue = ? AND ` + liveRuns
+)
 
 // Renewal is what a lease renewal learns.
 type Renewal struct {
@@ -697,8 +709,7 @@ func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs
-			WHERE state IN ('queued','running','cancelling') AND lease_expires_at < ? LIMIT 500`, FormatTime(now))
+		rows, err := tx.QueryContext(ctx, sqlExpiredLeases, FormatTime(now))
 		if err != nil {
 			return err
 		}
