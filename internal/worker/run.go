@@ -135,7 +135,7 @@ func (r *run) kill(why string, grace time.Duration) bool {
 // before 5.3) it is exec.Cmd.Wait.
 func (r *run) wait() {
 	defer r.reaped.Store(true)
-	defer r.cmd.Process.Release()
+	defer func() { _ = r.cmd.Process.Release() }()
 	if r.pidfd >= 0 {
 		if err := syscall.SetNonblock(r.pidfd, true); err == nil {
 			f := os.NewFile(uintptr(r.pidfd), "pidfd")
