@@ -2,14 +2,17 @@
 GOLANGCI_VERSION := v2.15.0
 BIN      := $(CURDIR)/bin
 GOLANGCI := $(BIN)/golangci-lint-$(GOLANGCI_VERSION)
+BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
+BENCHSTAT := $(BIN)/benchstat-$(BENCHSTAT_VERSION)
+BENCH_COUNT ?= 6
 GO       ?= go
 FUZZTIME ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help build test lint fmt bench bench-e2e fuzz cover demo clean
+.PHONY: help build test lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/cq
 	$(GO) build -o $(BIN)/cq ./cmd/cq
@@ -28,11 +31,22 @@ $(GOLANGCI):
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
-bench: ## run the Go benchmarks (store, claim, cleanup and health at 1M tasks)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/...
+bench: build $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (~8 min)
+	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq
 
-bench-e2e: build ## cq against xargs, a Go spawn reference, tsp, GNU parallel, nq (~7 min)
+bench-go: $(BENCHSTAT) ## only bench's Go benchmarks (internal/queue), benchstat, their goals (~2 min)
+	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) BENCH_PARTS=go ./bench/run.sh
+
+bench-e2e: build ## only bench's end-to-end run: cq vs xargs, Go spawn ref, tsp, parallel, nq (~7 min)
 	./bench/e2e.sh $(BIN)/cq
+
+bench-maint: ## health and cleanup benchmarks over 1M-task stores (internal/heartbeat, slow)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m ./internal/heartbeat
+
+$(BENCHSTAT):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+	mv $(BIN)/benchstat $(BENCHSTAT)
 
 fuzz: ## run each fuzz target for $(FUZZTIME)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSpecJSON$$' -fuzztime $(FUZZTIME) ./internal/queue

@@ -12,7 +12,8 @@
 # WAL_MAX_SECONDS (time budget of the WAL run, 300), BENCH_DIR (parent of the
 # scratch folder, default $TMPDIR or /tmp), KEEP=1 (keep the scratch folder),
 # NO_INSTALL=1 (do not apt-get install missing peers), SKIP="tsp parallel nq"
-# (leave those peers out).
+# (leave those peers out), RESULTS=FILE (also write every figure there as
+# key=value lines, for bench/goals.sh).
 # shellcheck disable=SC2317 # functions called as "run_$tool" and from traps
 { # bash reads this whole block before running it: the file may change meanwhile
 set -uo pipefail
@@ -39,6 +40,7 @@ done
 script_start=$EPOCHREALTIME
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cq_arg=${1:-./bin/cq}
+[[ -n ${RESULTS:-} && $RESULTS != /* ]] && RESULTS=$PWD/$RESULTS # the script changes folder
 cq_shown=${1:-}
 
 say() { printf '%s\n' "$*"; }
@@ -571,6 +573,49 @@ printf '  batch enqueue %s tasks/s; the worker ran %s of %s in %.1f s (%.0f task
 	"$wal_done" "$wal_n" "$(awk -v us="$wal_run_us" 'BEGIN { print us / 1e6 }')" \
 	"$(awk -v n="$wal_done" -v us="$wal_run_us" 'BEGIN { print n * 1e6 / us }')" \
 	"$([[ $wal_cut == 1 ]] && printf ' — stopped at WAL_MAX_SECONDS=%s' "$WAL_MAX_SECONDS")"
+
+# --- machine-readable figures (RESULTS=FILE) ----------------------------------------
+#
+# key=value lines, one figure each, for bench/goals.sh: rates in tasks/s,
+# times in µs, sizes in bytes or kB as the key says; "nan" when not measured.
+
+if [[ -n ${RESULTS:-} ]]; then
+	mkdir -p "$(dirname "$RESULTS")"
+	{
+		printf 'e2e_tasks=%s\ne2e_runs=%s\ne2e_conc=%s\n' "$N" "$RUNS" "$CONC"
+		for t in xargs spawnref cq tsp parallel nq; do
+			if [[ -n ${rates[$t]:-} ]]; then
+				read -r m lo hi _ < <(stats "${rates[$t]}")
+			else
+				m=nan lo=nan hi=nan
+			fi
+			printf 'tp_%s=%s\ntp_%s_min=%s\ntp_%s_max=%s\n' "$t" "$m" "$t" "$lo" "$t" "$hi"
+		done
+		for k in cq cqspool tsp nq; do
+			m=nan p90=nan
+			[[ -n ${calls[$k]:-} ]] && read -r m _ _ p90 _ < <(stats "${calls[$k]}")
+			printf 'call_%s_us=%s\ncall_%s_p90_us=%s\n' "$k" "$m" "$k" "$p90"
+		done
+		printf 'lat_samples=%s\nlat_lost=%s\n' "${#lat_call[@]}" "$lat_lost"
+		m=nan p99=nan
+		((${#lat_call[@]} > 0)) && read -r m _ _ _ p99 < <(stats "${lat_call[@]}")
+		printf 'lat_call_p50_us=%s\nlat_call_p99_us=%s\n' "$m" "$p99"
+		m=nan p99=nan
+		((${#lat_commit[@]} > 0)) && read -r m _ _ _ p99 < <(stats "${lat_commit[@]}")
+		printf 'lat_commit_p50_us=%s\nlat_commit_p99_us=%s\n' "$m" "$p99"
+		read -r m _ < <(stats "${stampref[@]}")
+		printf 'lat_stampcmd_us=%s\n' "$m"
+		m=nan
+		((rss_max > 0)) && m=$rss_max
+		printf 'rss_conc=%s\nrss_kb=%s\nrss_worker_kb=%s\nrss_supervisor_kb=%s\nrss_all_kb=%s\nrss_maxtasks=%s\n' \
+			"$RSS_CONC" "$m" "$rss_w" "$rss_s" "$rss_all" "$rss_maxtasks"
+		printf 'wal_requested_tasks=%s\nwal_tasks=%s\nwal_done=%s\nwal_cut=%s\n' "$WAL_N" "$wal_n" "$wal_done" "$wal_cut"
+		printf 'wal_after_enqueue_bytes=%s\nwal_peak_run_bytes=%s\nwal_end_bytes=%s\ndb_end_bytes=%s\n' "$wal_start" "$wal_max" "$wal_end" "$db_end"
+		printf 'wal_peak_bytes=%s\n' "$((wal_start > wal_max ? wal_start : wal_max))"
+		printf 'batch_cli_tasks_per_s=%s\n' "$(awk -v n="$wal_n" -v us="$wal_enq_us" 'BEGIN { printf "%.0f", n * 1e6 / us }')"
+		printf 'wal_worker_tasks_per_s=%s\n' "$(awk -v n="$wal_done" -v us="$wal_run_us" 'BEGIN { printf "%.0f", n * 1e6 / us }')"
+	} >"$RESULTS.tmp" && mv "$RESULTS.tmp" "$RESULTS"
+fi
 
 stamp
 say ""

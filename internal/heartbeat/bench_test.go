@@ -1,7 +1,7 @@
 package heartbeat_test
 
-// Benchmarks for make bench: cq health and cq cleanup over a million
-// tasks.
+// Benchmarks for make bench-maint (not make bench: they are slow): cq
+// health and cq cleanup over a million tasks.
 //
 // The stores are built straight in SQL, one INSERT … SELECT over a
 // recursive CTE per table (a million tasks in seconds, not the minutes

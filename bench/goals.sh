@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# bench/goals.sh GO_BENCH_OUTPUT E2E_RESULTS — the goals table of make bench.
+#
+# GO_BENCH_OUTPUT is the raw output of go test -bench on ./internal/queue
+# (several -count runs: the median of each benchmark's figure is used);
+# E2E_RESULTS is the key=value file bench/e2e.sh writes with RESULTS=FILE.
+# Prints one line per goal with the measured figure and PASS or MISS (n/a
+# when the figure is missing). Exits 0 whatever the outcome.
+set -uo pipefail
+export LC_ALL=C
+
+gofile=${1:?usage: goals.sh GO_BENCH_OUTPUT E2E_RESULTS}
+e2efile=${2:?usage: goals.sh GO_BENCH_OUTPUT E2E_RESULTS}
+[[ -r $gofile ]] || { echo "goals: no Go benchmark output at $gofile (figures left n/a)" >&2; gofile=/dev/null; }
+[[ -r $e2efile ]] || { echo "goals: no end-to-end results at $e2efile (figures left n/a)" >&2; e2efile=/dev/null; }
+
+# Both inputs become "key value" lines: Go figures as NAME|UNIT (name
+# without its -GOMAXPROCS suffix, median over the runs), e2e figures as is.
+awk '
+	FILENAME == ARGV[1] && ARGV[1] != ARGV[2] {
+		if ($1 !~ /^Benchmark/ || NF < 4) next
+		name = $1; sub(/-[0-9]+$/, "", name)
+		for (i = 3; i < NF; i += 2) { k = name "|" $(i + 1); v[k, ++n[k]] = $i + 0 }
+		next
+	}
+	/^[a-z0-9_]+=/ { i = index($0, "="); print substr($0, 1, i - 1), substr($0, i + 1) }
+	END {
+		for (k in n) {
+			m = n[k]
+			for (i = 1; i <= m; i++) a[i] = v[k, i]
+			for (i = 2; i <= m; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+			med = (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+			printf "%s %.10g\n", k, med
+		}
+	}' "$gofile" "$e2efile" | awk '
+	{ f[$1] = $2 }
+	function has(k) { return (k in f) && f[k] != "nan" && f[k] != "" }
+	function row(goal, target, measured, ok) {
+		printf "%-47s %-22s %-42s %s\n", goal, target, measured, ok
+	}
+	function verdict(c) { return c ? "PASS" : "MISS" }
+	function na(goal, target, why) { row(goal, target, "n/a (" why ")", "n/a"); nas++ }
+	function count(c) { if (c) pass++; else miss++; return verdict(c) }
+	BEGIN {
+		print ""
+		print "goals (every figure from this run: Go benchmarks median over their -count runs, e2e medians as above)"
+		row("goal", "target", "measured", "")
+		row("----", "------", "--------", "")
+	}
+	END {
+		# end to end, 2000 true tasks batch-enqueued, 4 slots
+		g = "e2e true tasks/s, " (has("e2e_tasks") ? f["e2e_tasks"] : "N") " batch-enqueued, " (has("e2e_conc") ? f["e2e_conc"] : 4) " slots"
+		if (has("tp_cq") && has("tp_spawnref")) {
+			r = f["tp_cq"] / f["tp_spawnref"]
+			row(g, ">= 0.7 x Go spawn ref", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_spawnref"]), count(r >= 0.7))
+		} else na(g, ">= 0.7 x Go spawn ref", "no cq or spawn reference figure")
+		if (has("tp_cq") && has("tp_tsp")) {
+			r = f["tp_cq"] / f["tp_tsp"]
+			row("  same, against tsp", ">= 3 x tsp", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_tsp"]), count(r >= 3))
+		} else na("  same, against tsp", ">= 3 x tsp", "tsp not measured")
+
+		g = "one cq enqueue call, median"
+		if (has("call_cq_us") && has("call_tsp_us")) {
+			r = f["call_cq_us"] / f["call_tsp_us"]
+			row(g, "<= 2 x one tsp add", sprintf("%.2f ms = %.2f x %.2f ms", f["call_cq_us"] / 1000, r, f["call_tsp_us"] / 1000), count(r <= 2))
+		} else na(g, "<= 2 x one tsp add", "tsp not measured")
+
+		g = "batch enqueue (in process, 1000/tx)"; k = "BenchmarkEnqueueBatch|tasks/s"
+		if (has(k)) {
+			extra = has("batch_cli_tasks_per_s") ? sprintf("; CLI %.0fk/s", f["batch_cli_tasks_per_s"] / 1000) : ""
+			row(g, ">= 250k tasks/s", sprintf("%.1fk/s%s", f[k] / 1000, extra), count(f[k] >= 250000))
+		} else na(g, ">= 250k tasks/s", "no BenchmarkEnqueueBatch")
+
+		g = "claim+complete cycles/s, 1M backlog"
+		k1 = "BenchmarkClaimComplete/backlog=1M|cycles/s"; k0 = "BenchmarkClaimComplete/backlog=1k|cycles/s"
+		if (has(k1)) row(g, ">= 15k/s", sprintf("%.0f/s", f[k1]), count(f[k1] >= 15000))
+		else na(g, ">= 15k/s", "no backlog=1M benchmark")
+		if (has(k1) && has(k0)) {
+			r = f[k1] / f[k0]
+			row("  same, against 1k backlog", ">= 0.8 x 1k backlog", sprintf("%.2f x %.0f/s", r, f[k0]), count(r >= 0.8))
+		} else na("  same, against 1k backlog", ">= 0.8 x 1k backlog", "no backlog=1k benchmark")
+
+		g = "500 tasks beside 100k lane-blocked"
+		k1 = "BenchmarkClaimBesideBlockedLane/blocked=100k|ns/op"; k0 = "BenchmarkClaimBesideBlockedLane/blocked=0|ns/op"
+		if (has(k1) && has(k0)) {
+			r = f[k1] / f[k0]
+			row(g, "<= 1.25 x 500 alone", sprintf("%.0f ms = %.2f x %.0f ms", f[k1] / 1e6, r, f[k0] / 1e6), count(r <= 1.25))
+		} else na(g, "<= 1.25 x 500 alone", "no BenchmarkClaimBesideBlockedLane")
+
+		g = "enqueue -> start, idle worker"
+		if (has("lat_call_p50_us")) {
+			extra = has("lat_commit_p50_us") ? sprintf("; from commit %.1f", f["lat_commit_p50_us"] / 1000) : ""
+			row(g, "p50 <= 10 ms", sprintf("p50 %.1f p99 %.1f ms%s", f["lat_call_p50_us"] / 1000, f["lat_call_p99_us"] / 1000, extra), count(f["lat_call_p50_us"] <= 10000))
+		} else na(g, "p50 <= 10 ms", "not measured")
+
+		g = "worker RSS at --concurrency " (has("rss_conc") ? f["rss_conc"] : 16) ", helper incl."
+		if (has("rss_kb")) {
+			row(g, "<= 30 MiB", sprintf("%.1f MiB (worker %.1f + helper %.1f)", f["rss_kb"] / 1024, f["rss_worker_kb"] / 1024, f["rss_supervisor_kb"] / 1024), count(f["rss_kb"] <= 30 * 1024))
+		} else na(g, "<= 30 MiB", "never saw all tasks running")
+
+		g = "largest WAL during " (has("wal_tasks") ? sprintf("%dk", f["wal_tasks"] / 1000) : "100k") " tasks"
+		if (has("wal_peak_bytes")) {
+			extra = (has("wal_tasks") && has("wal_requested_tasks") && f["wal_tasks"] != f["wal_requested_tasks"]) ? sprintf(" (reduced from %d)", f["wal_requested_tasks"]) : ""
+			row(g, "<= 64 MiB", sprintf("%.1f MiB%s", f["wal_peak_bytes"] / 1048576, extra), count(f["wal_peak_bytes"] <= 64 * 1048576))
+		} else na(g, "<= 64 MiB", "not measured")
+
+		printf "\n%d PASS, %d MISS, %d n/a\n", pass, miss, nas
+	}'
+exit 0

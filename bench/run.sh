@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# bench/run.sh [path/to/cq] — what make bench runs, in one go:
+#
+#   1. the Go benchmarks of internal/queue, -benchmem, BENCH_COUNT (6) runs
+#      each, raw output in $BENCH_OUT/go.txt, summarised by benchstat
+#      (and compared with bench/baseline.txt when that file exists);
+#   2. bench/e2e.sh: cq end to end against a Go spawn reference, xargs,
+#      tsp, GNU parallel and nq, plus the enqueue-call, latency, RSS and
+#      WAL figures (report in e2e.txt, figures in e2e.env);
+#   3. bench/goals.sh: the goals table, PASS/MISS, from the figures of 1 and 2.
+#
+# Environment: GO (go), BENCHSTAT (benchstat on PATH), BENCH_COUNT (6),
+# BENCH_OUT (bench/out), BENCH_PAUSE (20: seconds of rest between the two
+# parts), BENCH_PARTS ("go e2e"; "go" alone skips the end-to-end run, its
+# goals are then n/a), and e2e.sh's own knobs (RUNS, N, …, see
+# bench/README.md). Exits non-zero if a part failed to run; a
+# MISS is not a failure.
+{ # bash reads this whole block before running it: the file may change meanwhile
+set -uo pipefail
+export LC_ALL=C
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 1
+GO=${GO:-go}
+BENCHSTAT=${BENCHSTAT:-benchstat}
+BENCH_COUNT=${BENCH_COUNT:-6}
+OUT=${BENCH_OUT:-bench/out}
+PARTS=" ${BENCH_PARTS:-go e2e} "
+CQ=${1:-$repo/bin/cq}
+status=0
+
+mkdir -p "$OUT" || exit 1
+rm -f "$OUT/go.txt" "$OUT/benchstat.txt" "$OUT/benchstat-baseline.txt" "$OUT/e2e.txt" "$OUT/e2e.env" "$OUT/goals.txt"
+section() { printf '\n### %s\n\n' "$*"; }
+
+if [[ $PARTS == *" go "* ]]; then
+	section "Go benchmarks: internal/queue, -benchmem -count $BENCH_COUNT (raw output: $OUT/go.txt)"
+	if ! "$GO" test -run '^$' -bench . -benchmem -count "$BENCH_COUNT" -timeout 60m ./internal/queue | tee "$OUT/go.txt"; then
+		echo "bench: the Go benchmarks failed" >&2
+		status=1
+	fi
+	if ! command -v "$BENCHSTAT" >/dev/null; then
+		echo "bench: no benchstat ($BENCHSTAT); make bench installs it into ./bin" >&2
+		status=1
+	elif [[ -s $OUT/go.txt ]]; then
+		section "benchstat $OUT/go.txt"
+		{
+			"$BENCHSTAT" "$OUT/go.txt"
+			echo
+			echo "claim+complete, 1M backlog against 1k:"
+			"$BENCHSTAT" -filter '.name:ClaimComplete .unit:cycles/s' -col /backlog "$OUT/go.txt" | grep -Ev '^(goos|goarch|pkg|cpu):'
+			echo
+			echo "500 tasks beside 100k lane-blocked ones against 500 alone:"
+			"$BENCHSTAT" -filter '.name:ClaimBesideBlockedLane .unit:sec/op' -col /blocked "$OUT/go.txt" | grep -Ev '^(goos|goarch|pkg|cpu):'
+		} | tee "$OUT/benchstat.txt"
+		if [[ -s bench/baseline.txt ]]; then
+			section "benchstat bench/baseline.txt against this run"
+			"$BENCHSTAT" baseline=bench/baseline.txt new="$OUT/go.txt" | tee "$OUT/benchstat-baseline.txt"
+		fi
+	fi
+fi
+
+if [[ $PARTS == *" e2e "* ]]; then
+	if [[ $PARTS == *" go "* ]] && ((${BENCH_PAUSE:-20} > 0)); then
+		# The Go benchmarks just deleted their stores (several hundred MB); on a disk
+		# with online discard that slows file operations for a while, which
+		# showed as a slow first e2e round for every tool.
+		echo "pausing ${BENCH_PAUSE:-20} s for the disk to settle after the Go benchmarks' stores were deleted"
+		sync
+		sleep "${BENCH_PAUSE:-20}"
+	fi
+	section "end to end: bench/e2e.sh $CQ (report: $OUT/e2e.txt)"
+	if ! RESULTS=$OUT/e2e.env ./bench/e2e.sh "$CQ" 2>&1 | tee "$OUT/e2e.txt"; then
+		echo "bench: bench/e2e.sh failed" >&2
+		status=1
+	fi
+fi
+
+./bench/goals.sh "$OUT/go.txt" "$OUT/e2e.env" | tee "$OUT/goals.txt"
+echo "(all of it is in $OUT/)"
+exit "$status"
+}
