@@ -18,6 +18,9 @@ const (
 	exitConflict = 3
 	exitNotFound = 4
 	exitTimeout  = 124
+	// exitInterrupted marks a command that stopped because of SIGINT or
+	// SIGTERM; execute turns it into 128 + the signal's number.
+	exitInterrupted = -1
 )
 
 // exitErr carries an exit code; a silent one has already been reported.

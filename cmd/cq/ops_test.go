@@ -873,3 +873,60 @@ func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 		t.Errorf("%d runs for %d tasks", started, len(ids))
 	}
 }
+
+// TestOpsWaitInterrupted: cq wait cut short by SIGINT exits 130, by
+// SIGTERM 143 (as a shell reports a process killed by them), silently;
+// the deadline stays 124.
+func TestOpsWaitInterrupted(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	id := strings.TrimSpace(e.ok("enqueue", "--", "sleep", "100"))
+	for _, c := range []struct {
+		sig  syscall.Signal
+		want int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := e.command(ctx, "", "wait", id)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		// Signal only once cq has the store open: its handler is installed
+		// before the command runs.
+		deadline := time.Now().Add(30 * time.Second)
+		for !opsHasOpen(cmd.Process.Pid, "cq.db") {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatal("cq wait never opened the store")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = cmd.Process.Signal(c.sig)
+		err := cmd.Wait()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != c.want || errb.Len() != 0 {
+			t.Errorf("cq wait after %v: %v, stderr %q; want exit %d and nothing on stderr", c.sig, err, errb.String(), c.want)
+		}
+	}
+	if _, _, code := e.run("wait", "--timeout", "0.1s", id); code != 124 {
+		t.Errorf("cq wait --timeout: exit %d, want 124", code)
+	}
+}
+
+// opsHasOpen reports whether process pid has a file named name open.
+func opsHasOpen(pid int, name string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && filepath.Base(target) == name {
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -75,7 +76,7 @@ retries them with backoff, keeps their logs and reports health.`,
 
 // execute runs the command line and turns its outcome into an exit code.
 func execute(app *App, args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	root := newRoot(app)
 	root.SetArgs(args)
@@ -83,6 +84,45 @@ func execute(app *App, args []string) int {
 	if err == nil {
 		return exitOK
 	}
+	// A command cut short by SIGINT or SIGTERM exits as a shell reports a
+	// process killed by it (130, 143), with nothing more to say.
+	var sc signalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		var ee *exitErr
+		if errors.Is(err, context.Canceled) || (errors.As(err, &ee) && ee.code == exitInterrupted) {
+			return 128 + int(sc.sig)
+		}
+	}
 	report(app.Stderr, err)
 	return codeOf(err)
+}
+
+// signalCause is the cause of the command context's end: a signal.
+type signalCause struct{ sig syscall.Signal }
+
+func (c signalCause) Error() string { return "interrupted by " + c.sig.String() }
+
+// signalContext is signal.NotifyContext for SIGINT and SIGTERM that
+// remembers which one came.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			if ss, ok := s.(syscall.Signal); ok {
+				cancel(signalCause{ss})
+			} else {
+				cancel(nil)
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		signal.Stop(sigs)
+		cancel(nil)
+	}
 }

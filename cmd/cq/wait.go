@@ -17,7 +17,8 @@ func newWaitCmd(app *App) *cobra.Command {
 		Use:   "wait ID…",
 		Short: "Block until every task is done, failed or cancelled",
 		Long: `Exit codes: 0 all done; 1 any ended failed or cancelled (named on stderr);
-124 the --timeout came first; 4 an unknown id (at once).`,
+124 the --timeout came first; 4 an unknown id (at once); 130 (143)
+interrupted by SIGINT (SIGTERM).`,
 		Args: minArgs(1, "wait needs at least one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var deadline <-chan time.Time
@@ -46,6 +47,9 @@ func newWaitCmd(app *App) *cobra.Command {
 				var bad []*queue.Task
 				for _, id := range ids {
 					t, err := st.Get(ctx, id)
+					if err != nil && ctx.Err() != nil {
+						return silentExit(exitInterrupted)
+					}
 					if err != nil {
 						return err
 					}
@@ -71,7 +75,7 @@ func newWaitCmd(app *App) *cobra.Command {
 				}
 				select {
 				case <-ctx.Done():
-					return silentExit(exitTimeout)
+					return silentExit(exitInterrupted)
 				case <-deadline:
 					return silentExit(exitTimeout)
 				case <-tick.C:
