@@ -32,6 +32,8 @@ type App struct {
 
 	home  string
 	store *queue.Store
+	// drained is how many spool lines opening the store drained.
+	drained int
 }
 
 // Home resolves the home folder (SPEC section 1) and creates it private.
@@ -101,10 +103,11 @@ func (a *App) Store(ctx context.Context) (*queue.Store, error) {
 	if a.Now != nil {
 		s.Now = a.Now
 	}
-	if _, err := s.DrainSpool(ctx, home); err != nil {
+	n, err := s.DrainSpool(ctx, home)
+	if err != nil {
 		return nil, fmt.Errorf("draining the spool: %w", err)
 	}
-	a.store = s
+	a.store, a.drained = s, n
 	return s, nil
 }
 

@@ -44,6 +44,9 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Opening the store drained the spool already: those lines
+			// count as this pass's.
+			r.Drained += app.drained
 			if app.format() == "json" || app.format() == "jsonl" {
 				return writeJSONLine(app.Stdout, r)
 			}
