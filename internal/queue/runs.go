@@ -290,17 +290,27 @@ func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, er
 
 // startTx is one queued → running CAS; it writes nothing if it fails.
 func startTx(ctx context.Context, tx *db.Tx, now time.Time, st Start) error {
-	r, err := getRun(ctx, tx, st.RunID)
+	// The CAS first, in one statement; the run is read only to say why
+	// the CAS was refused.
+	var taskID string
+	err := tx.QueryRowContext(ctx, `UPDATE runs SET state = 'running', started_at = ?, pid = ?, pgid = ?
+		WHERE id = ? AND state = 'queued' AND lease_token = ? RETURNING task_id`,
+		FormatTime(now), st.Pid, st.Pgid, st.RunID, st.Token).Scan(&taskID)
+	if errors.Is(err, sql.ErrNoRows) {
+		r, err := getRun(ctx, tx, st.RunID)
+		switch {
+		case err != nil:
+			return err
+		case r.Token != st.Token:
+			return fenced(st.RunID)
+		default:
+			return conflictf("run %s is %s, not queued", st.RunID, r.State)
+		}
+	}
 	if err != nil {
 		return err
 	}
-	if r.Token != st.Token {
-		return fenced(st.RunID)
-	}
-	if r.State != RunQueued {
-		return conflictf("run %s is %s, not queued", st.RunID, r.State)
-	}
-	return casRunToken(ctx, tx, now, r, RunRunning, "", `started_at = ?, pid = ?, pgid = ?`, FormatTime(now), st.Pid, st.Pgid)
+	return addEvent(ctx, tx, now, event{Kind: "run." + RunRunning, TaskID: taskID, RunID: st.RunID, From: RunQueued, To: RunRunning})
 }
 
 // casRunToken is casRun guarded by the run's lease token as well.
@@ -645,6 +655,15 @@ func finishTaskSet(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to
 // releaseDependents counts a finished dependency off its dependents and
 // moves those that nothing blocks any more from blocked to todo.
 func releaseDependents(ctx context.Context, tx *db.Tx, now time.Time, dep string) error {
+	// Most tasks have no dependents: one index probe settles it, where the
+	// UPDATE below would build a temporary table for its IN list.
+	var one int
+	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM task_deps WHERE dep_id = ? LIMIT 1`, dep).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
 		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND state IN ('inbox','blocked')`, dep); err != nil {
 		return err
