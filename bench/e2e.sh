@@ -85,6 +85,8 @@ trap 'exit 130' INT TERM
 repo_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo '(no git)')
 SPAWNREF=$root/spawnref
 (cd "$repo" && go build -o "$SPAWNREF" ./bench/spawnref) || die "cannot build bench/spawnref"
+FLOOR=$root/floor
+(cd "$repo" && go build -o "$FLOOR" ./bench/floor) || die "cannot build bench/floor"
 
 # Every tool's tasks run with the scratch folder as their working folder.
 cd "$root" || die "cannot enter $root"
@@ -333,11 +335,20 @@ mkdir -p "$cd_/tsp" "$cd_/nq"
 CQ_HOME=$cd_/cq "$CQ" enqueue -- true >/dev/null || die "cq enqueue failed"        # creates the store
 CQ_HOME=$cd_/cqspool "$CQ" enqueue -- true >/dev/null || die "cq enqueue failed"   # creates the home
 [[ -n $TSP ]] && tspq "$cd_/tsp" true >/dev/null                                   # starts the server
+"$FLOOR" insert "$cd_/floor.db" || die "bench/floor insert failed"
 declare -A calls=()
 for ((i = 0; i < CALLS; i++)); do
 	stamp; a=$T
 	CQ_HOME=$cd_/cq "$CQ" enqueue -- true >/dev/null
 	stamp; calls[cq]+=" $((T - a))"
+	# The floors: a binary linking what cq links that does nothing, and
+	# the same committing one row to a WAL database.
+	stamp; a=$T
+	"$FLOOR" noop
+	stamp; calls[floornoop]+=" $((T - a))"
+	stamp; a=$T
+	"$FLOOR" insert "$cd_/floor.db"
+	stamp; calls[floorinsert]+=" $((T - a))"
 	stamp; a=$T
 	CQ_HOME=$cd_/cqspool "$CQ" enqueue --spool -- true >/dev/null
 	stamp; calls[cqspool]+=" $((T - a))"
@@ -353,6 +364,16 @@ for ((i = 0; i < CALLS; i++)); do
 	fi
 done
 [[ -n $TSP ]] && tspq "$cd_/tsp" -K 2>/dev/null
+
+# --- per-run files ----------------------------------------------------------------
+#
+# What the worker's per-run folder costs on this file system, alone: mkdir
+# and three file creations (SPEC section 1's runs/<run_id>/ layout), in the
+# folder the cq homes live in.
+
+say "measuring per-run folders: $N of them …"
+mkdir -p "$root/files"
+files_us=$("$FLOOR" files "$root/files" "$N") || files_us=nan
 
 # --- enqueue → start latency on an idle worker --------------------------------------
 
@@ -531,9 +552,11 @@ done
 say ""
 say "one enqueue call (ms, wall time of the command from bash; $CALLS each):"
 printf '%-30s %8s %8s %8s\n' "call" "median" "p90" "max"
-for k in cq cqspool tsp nq; do
+for k in cq cqspool tsp nq floornoop floorinsert; do
 	[[ -n ${calls[$k]:-} ]] || continue
 	case $k in
+	floornoop) name="floor: cobra+go-sqlite3, no-op" ;;
+	floorinsert) name="floor: same, one WAL insert" ;;
 	cq) name="cq enqueue -- true" ;;
 	cqspool) name="cq enqueue --spool -- true" ;;
 	tsp) name="tsp true" ;;
@@ -542,6 +565,9 @@ for k in cq cqspool tsp nq; do
 	read -r m _ hi p90 _ < <(stats "${calls[$k]}")
 	printf '%-30s %8s %8s %8s\n' "$name" "$(ms "$m")" "$(ms "$p90")" "$(ms "$hi")"
 done
+
+say ""
+say "per-run folder on this file system (mkdir + stdout.log + stderr.log + summary.json, $N in a row): $files_us µs each"
 
 say ""
 say "enqueue→start on an idle cq worker (ms; ${#lat_call[@]} samples${lat_lost:+, $lat_lost lost}):"
@@ -591,7 +617,8 @@ if [[ -n ${RESULTS:-} ]]; then
 			fi
 			printf 'tp_%s=%s\ntp_%s_min=%s\ntp_%s_max=%s\n' "$t" "$m" "$t" "$lo" "$t" "$hi"
 		done
-		for k in cq cqspool tsp nq; do
+		printf 'files_per_run_us=%s\ncores=%s\n' "$files_us" "$(nproc)"
+		for k in cq cqspool tsp nq floornoop floorinsert; do
 			m=nan p90=nan
 			[[ -n ${calls[$k]:-} ]] && read -r m _ _ p90 _ < <(stats "${calls[$k]}")
 			printf 'call_%s_us=%s\ncall_%s_p90_us=%s\n' "$k" "$m" "$k" "$p90"

@@ -41,6 +41,8 @@ awk '
 	function verdict(c) { return c ? "PASS" : "MISS" }
 	function na(goal, target, why) { row(goal, target, "n/a (" why ")", "n/a"); nas++ }
 	function count(c) { if (c) pass++; else miss++; return verdict(c) }
+	# info rows are measured bounds shown beside a goal, not goals.
+	function info(goal, target, measured) { row(goal, target, measured, "info") }
 	BEGIN {
 		print ""
 		print "goals (every figure from this run: Go benchmarks median over their -count runs, e2e medians as above)"
@@ -59,11 +61,22 @@ awk '
 			row("  same, against tsp", ">= 3 x tsp", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_tsp"]), count(r >= 3))
 		} else na("  same, against tsp", ">= 3 x tsp", "tsp not measured")
 
+		if (has("files_per_run_us") && has("tp_spawnref")) {
+			c = has("cores") ? f["cores"] : 2
+			ceil = 1 / (1 / f["tp_spawnref"] + f["files_per_run_us"] / 1e6 / c)
+			info("  ceiling: spawn + per-run folder alone", "(estimate, " c " cores)",
+				sprintf("%.0f/s = %.2f x spawn ref (folder %.0f us)", ceil, ceil / f["tp_spawnref"], f["files_per_run_us"]))
+		}
+
 		g = "one cq enqueue call, median"
 		if (has("call_cq_us") && has("call_tsp_us")) {
 			r = f["call_cq_us"] / f["call_tsp_us"]
 			row(g, "<= 2 x one tsp add", sprintf("%.2f ms = %.2f x %.2f ms", f["call_cq_us"] / 1000, r, f["call_tsp_us"] / 1000), count(r <= 2))
 		} else na(g, "<= 2 x one tsp add", "tsp not measured")
+		if (has("call_floornoop_us") && has("call_tsp_us"))
+			info("  floor: Go + cobra + go-sqlite3, no-op", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floornoop_us"] / 1000, f["call_floornoop_us"] / f["call_tsp_us"]))
+		if (has("call_floorinsert_us") && has("call_tsp_us"))
+			info("  floor: same + one WAL insert", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floorinsert_us"] / 1000, f["call_floorinsert_us"] / f["call_tsp_us"]))
 
 		g = "batch enqueue (in process, 1000/tx)"; k = "BenchmarkEnqueueBatch|tasks/s"
 		if (has(k)) {
