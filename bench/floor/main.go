@@ -13,6 +13,7 @@ package main
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func main() {
 		RunE: func(_ *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[1])
 			if err != nil || n < 1 {
-				return fmt.Errorf("N must be a positive number")
+				return errors.New("the run count must be a positive number")
 			}
 			summary := make([]byte, 600)
 			start := time.Now()
