@@ -245,3 +245,58 @@ func claimComplete(b *testing.B, st *queue.Store, n int) {
 		}
 	}
 }
+
+// BenchmarkWorkerCycle runs tasks the way cq worker does, with slots runs
+// in flight: one transaction records the ends of the runs in flight and
+// claims as many new tasks, a second records their starts. One op is one
+// task run from claim to finish; cycles/s is tasks per second. It shows
+// what batching buys over BenchmarkClaimComplete's three transactions per
+// task.
+func BenchmarkWorkerCycle(b *testing.B) {
+	for _, slots := range []int{1, 4} {
+		b.Run(fmt.Sprintf("slots=%d", slots), func(b *testing.B) {
+			st := benchStore(b)
+			ctx := context.Background()
+			fill(b, st, b.N+slots, queue.Spec{})
+			p := queue.ClaimParams{Worker: "bench", Lease: time.Minute}
+			zero := 0
+			start := func(cs []*queue.Claimed) {
+				starts := make([]queue.Start, len(cs))
+				for i, c := range cs {
+					starts[i] = queue.Start{RunID: c.RunID, Token: c.Token, Pid: 1, Pgid: 1}
+				}
+				errs, err := st.StartRuns(ctx, starts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, e := range errs {
+					if e != nil {
+						b.Fatal(e)
+					}
+				}
+			}
+			b.ResetTimer()
+			inflight, err := st.ClaimN(ctx, p, slots)
+			if err != nil {
+				b.Fatal(err)
+			}
+			start(inflight)
+			for done := 0; done < b.N; {
+				fs := make([]queue.Finish, len(inflight))
+				for i, c := range inflight {
+					fs[i] = queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: queue.Outcome{State: queue.RunSucceeded, ExitCode: &zero}}
+				}
+				done += len(fs)
+				res, err := st.FinishRuns(ctx, fs, &queue.ClaimN{Params: p, N: min(slots, max(b.N-done, 0))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				inflight = res.Claimed
+				if len(inflight) > 0 {
+					start(inflight)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+		})
+	}
+}
