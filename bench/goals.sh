@@ -94,7 +94,7 @@ awk '
 		} else na("  same, against 1k backlog", ">= 0.8 x 1k backlog", "no backlog=1k benchmark")
 		k1 = "BenchmarkWorkerCycle/slots=1|cycles/s"; k4 = "BenchmarkWorkerCycle/slots=4|cycles/s"
 		if (has(k1) && has(k4))
-			info("  the worker's batching, 1 / 4 in flight", "", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))
+			info("  worker batching, 1 / 4 in flight", "", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))
 
 		g = "500 tasks beside 100k lane-blocked"
 		k1 = "BenchmarkClaimBesideBlockedLane/blocked=100k|ns/op"; k0 = "BenchmarkClaimBesideBlockedLane/blocked=0|ns/op"
