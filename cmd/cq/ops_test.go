@@ -11,7 +11,6 @@ package main
 // nothing sleeps to fix a race.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -47,77 +46,14 @@ func TestOpsScripts(t *testing.T) {
 	testscript.Run(t, scriptParams(files))
 }
 
-// opsEnv is one CQ_HOME and the environment of the cq processes run on it.
-type opsEnv struct {
-	t    *testing.T
-	dir  string
-	home string
-	env  []string
-}
+// opsEnv is one CQ_HOME and the environment of the cq processes run on
+// it. Its commands take 60 s at most; one that cannot run or takes
+// longer reports exit code -1 (runIn is safe from any goroutine).
+type opsEnv struct{ *cqEnv }
 
 func opsNewEnv(t *testing.T) *opsEnv {
 	t.Helper()
-	dir := t.TempDir()
-	home := filepath.Join(dir, "home")
-	var env []string
-	gorace := ""
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "CQ_"), strings.HasPrefix(kv, "HOME="):
-		case strings.HasPrefix(kv, "GORACE="):
-			gorace = strings.TrimPrefix(kv, "GORACE=")
-		default:
-			env = append(env, kv)
-		}
-	}
-	if !strings.Contains(gorace, "atexit_sleep_ms") {
-		gorace = strings.TrimSpace(gorace + " atexit_sleep_ms=0")
-	}
-	env = append(env, "CQ_HOME="+home, "HOME="+dir, "TZ=UTC", "GORACE="+gorace)
-	return &opsEnv{t: t, dir: dir, home: home, env: env}
-}
-
-// command prepares a cq process.
-func (e *opsEnv) command(ctx context.Context, stdin string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "cq", args...)
-	cmd.Env, cmd.Dir = e.env, e.dir
-	cmd.Stdin = strings.NewReader(stdin)
-	return cmd
-}
-
-// runIn runs one cq command to its end (60 s at most). It is safe to call
-// from several goroutines; it reports a failure to start as code -1.
-func (e *opsEnv) runIn(stdin string, args ...string) (stdout, stderr string, code int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := e.command(ctx, stdin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		return out.String(), errb.String() + err.Error(), -1
-	}
-	if ctx.Err() != nil {
-		return out.String(), errb.String() + "(killed after 60s)", -1
-	}
-	return out.String(), errb.String(), code
-}
-
-func (e *opsEnv) run(args ...string) (string, string, int) { return e.runIn("", args...) }
-
-// ok runs cq and requires exit 0 and a silent stderr.
-func (e *opsEnv) ok(args ...string) string {
-	e.t.Helper()
-	out, errs, code := e.run(args...)
-	if code != 0 || errs != "" {
-		e.t.Fatalf("cq %s: exit %d, stderr %q, stdout %q", strings.Join(args, " "), code, errs, out)
-	}
-	return out
+	return &opsEnv{newCQEnv(t, 60*time.Second, false)}
 }
 
 // code runs cq and requires exit code want.
@@ -431,30 +367,12 @@ func TestOpsHealthPrometheus(t *testing.T) {
 	opsWantSeries(t, "cq_last_heartbeat_timestamp_seconds", opsSeries(t, mfs, "cq_last_heartbeat_timestamp_seconds", ""), map[string]float64{"": 0})
 }
 
-// opsEvent is a line of cq events.
-type opsEvent struct {
-	Seq    int64   `json:"seq"`
-	Kind   string  `json:"kind"`
-	TaskID *string `json:"task_id"`
-	RunID  *string `json:"run_id"`
-	From   *string `json:"from"`
-	To     *string `json:"to"`
-	Reason *string `json:"reason"`
-}
-
-func opsStr(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
 // opsCheckEvents checks the event log: each task's and each run's events
 // form a path through its state machine (every change allowed, each
 // starting where the previous one ended: so no task is promoted twice for
 // one retry), a run has at most one terminal event, and no run is reaped
 // after it ended.
-func opsCheckEvents(t opsReporter, evs []opsEvent) {
+func opsCheckEvents(t opsReporter, evs []cqEvent) {
 	t.Helper()
 	taskAt, runAt := map[string]string{}, map[string]string{}
 	prev := int64(0)
@@ -463,7 +381,7 @@ func opsCheckEvents(t opsReporter, evs []opsEvent) {
 			t.Errorf("event seq %d after %d", ev.Seq, prev)
 		}
 		prev = ev.Seq
-		from, to, task, run := opsStr(ev.From), opsStr(ev.To), opsStr(ev.TaskID), opsStr(ev.RunID)
+		from, to, task, run := strOf(ev.From), strOf(ev.To), strOf(ev.TaskID), strOf(ev.RunID)
 		switch {
 		case strings.HasPrefix(ev.Kind, "run."):
 			cur, seen := runAt[run]
@@ -471,7 +389,7 @@ func opsCheckEvents(t opsReporter, evs []opsEvent) {
 			case !seen && (from != "" || to != queue.RunQueued):
 				t.Errorf("seq %d %s: run %s begins %q → %q", ev.Seq, ev.Kind, run, from, to)
 			case seen && queue.RunTerminal(cur):
-				t.Errorf("seq %d %s (%s): run %s of task %s changed after it ended %s", ev.Seq, ev.Kind, opsStr(ev.Reason), run, task, cur)
+				t.Errorf("seq %d %s (%s): run %s of task %s changed after it ended %s", ev.Seq, ev.Kind, strOf(ev.Reason), run, task, cur)
 			case seen && (from != cur || !queue.RunTransitionAllowed(from, to)):
 				t.Errorf("seq %d %s: run %s %s → %s, but it was %s", ev.Seq, ev.Kind, run, from, to, cur)
 			}
@@ -511,8 +429,8 @@ func (r *opsRecorder) Errorf(format string, args ...any) {
 // log below must be reported, the valid one must not.
 func TestOpsCheckEventsCatches(t *testing.T) {
 	s := func(v string) *string { return &v }
-	ev := func(kind, task, run, from, to, reason string) opsEvent {
-		e := opsEvent{Kind: kind, TaskID: s(task)}
+	ev := func(kind, task, run, from, to, reason string) cqEvent {
+		e := cqEvent{Kind: kind, TaskID: s(task)}
 		if run != "" {
 			e.RunID = s(run)
 		}
@@ -527,7 +445,7 @@ func TestOpsCheckEventsCatches(t *testing.T) {
 		}
 		return e
 	}
-	valid := []opsEvent{
+	valid := []cqEvent{
 		ev("task.created", "t", "", "", "inbox", ""),
 		ev("task.todo", "t", "", "inbox", "todo", ""),
 		ev("task.doing", "t", "", "todo", "doing", ""),
@@ -543,17 +461,17 @@ func TestOpsCheckEventsCatches(t *testing.T) {
 		ev("run.succeeded", "t", "r2", "running", "succeeded", ""),
 		ev("task.done", "t", "", "doing", "done", ""),
 	}
-	with := func(i int, extra ...opsEvent) []opsEvent {
-		out := append([]opsEvent{}, valid[:i]...)
+	with := func(i int, extra ...cqEvent) []cqEvent {
+		out := append([]cqEvent{}, valid[:i]...)
 		out = append(out, extra...)
 		return append(out, valid[i:]...)
 	}
-	cases := map[string][]opsEvent{
+	cases := map[string][]cqEvent{
 		"reaped after it succeeded": with(13, ev("run.failed", "t", "r2", "running", "failed", "lease_expired")),
 		"two terminal events":       with(6, ev("run.cancelled", "t", "r1", "failed", "cancelled", "")),
 		"promoted twice":            with(8, ev("task.todo", "t", "", "blocked", "todo", "retry due")),
 		"illegal task transition":   with(2, ev("task.done", "t", "", "todo", "done", "")),
-		"event after done":          append(append([]opsEvent{}, valid...), ev("task.waiting", "t", "", "done", "done", "")),
+		"event after done":          append(append([]cqEvent{}, valid...), ev("task.waiting", "t", "", "done", "done", "")),
 		"run not begun queued":      with(4, ev("run.running", "t", "r9", "queued", "running", "")),
 	}
 	for name, evs := range cases {
@@ -576,45 +494,11 @@ func TestOpsCheckEventsCatches(t *testing.T) {
 	}
 }
 
-func (e *opsEnv) events() []opsEvent {
-	e.t.Helper()
-	out := e.ok("events")
-	var evs []opsEvent
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev opsEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			e.t.Fatalf("cq events: %v: %s", err, sc.Text())
-		}
-		evs = append(evs, ev)
-	}
-	return evs
-}
-
-// opsBuffer is a bytes.Buffer a process writes while the test reads it.
-type opsBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *opsBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *opsBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // opsWorker is a cq worker process.
 type opsWorker struct {
 	cmd    *exec.Cmd
 	id     string
-	stderr opsBuffer
+	stderr syncBuffer
 	done   chan struct{}
 	err    error
 }
@@ -646,22 +530,6 @@ func (w *opsWorker) exited() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// opsWait polls cond every 50 ms until it holds or the deadline passes.
-func opsWait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -747,7 +615,7 @@ func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 	// takes over after each.
 	var killed []*opsWorker
 	for _, w := range workers[:2] {
-		opsWait(t, 40*time.Second, "worker "+w.id+" running a long task", func() (bool, string) {
+		eventually(t, 40*time.Second, "worker "+w.id+" running a long task", func() (bool, string) {
 			return liveOf(w.id) > 0 || w.exited(), w.stderr.String()
 		})
 		if w.exited() {
@@ -778,7 +646,7 @@ func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 	}
 
 	// Everything ends: the lost runs are reaped by the heartbeats.
-	opsWait(t, 45*time.Second, "every task terminal", func() (bool, string) {
+	eventually(t, 45*time.Second, "every task terminal", func() (bool, string) {
 		hbMu.Lock()
 		for i, r := range hbRuns {
 			if r.code != 0 {
@@ -850,7 +718,7 @@ func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 	opsCheckEvents(t, evs)
 	reaped := 0
 	for _, ev := range evs {
-		if opsStr(ev.Reason) == "lease_expired" {
+		if strOf(ev.Reason) == "lease_expired" {
 			reaped++
 		}
 	}
@@ -858,7 +726,7 @@ func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 		len(ids), len(lost), reaped, len(hbRuns), len(evs))
 	promotions := 0
 	for _, ev := range evs {
-		if strings.HasPrefix(ev.Kind, "task.") && opsStr(ev.From) == queue.TaskBlocked && opsStr(ev.To) == queue.TaskTodo {
+		if strings.HasPrefix(ev.Kind, "task.") && strOf(ev.From) == queue.TaskBlocked && strOf(ev.To) == queue.TaskTodo {
 			promotions++
 		}
 	}

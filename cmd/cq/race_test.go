@@ -185,23 +185,6 @@ type raceTask struct {
 	After  []string `json:"after"`
 }
 
-// raceEvent is one line of cq events.
-type raceEvent struct {
-	Seq    int64   `json:"seq"`
-	Kind   string  `json:"kind"`
-	TaskID *string `json:"task_id"`
-	RunID  *string `json:"run_id"`
-	From   *string `json:"from"`
-	To     *string `json:"to"`
-}
-
-func raceStr(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
 // TestRaceProducersAndOperators runs eight producer processes enqueueing
 // tasks (plain, on shared keys, on --unique keys, with --after, through
 // the spool) while operator processes cancel, retry, hold and release the
@@ -401,7 +384,7 @@ func TestRaceProducersAndOperators(t *testing.T) {
 			}
 		}
 		holder, ok := byID[strings.TrimSpace(r.stdout)]
-		if !ok || raceStr(holder.Key) != key {
+		if !ok || strOf(holder.Key) != key {
 			t.Errorf("a unique-key conflict on %q named %q, which is no task with that key:\n%s", key, strings.TrimSpace(r.stdout), r)
 		}
 	}
@@ -442,7 +425,7 @@ func startRaceFollower(t *testing.T, ctx context.Context, e *raceEnv) *raceFollo
 		sc := bufio.NewScanner(out)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			var ev raceEvent
+			var ev cqEvent
 			_ = json.Unmarshal(sc.Bytes(), &ev)
 			f.mu.Lock()
 			f.lines = append(f.lines, sc.Text())
@@ -464,7 +447,7 @@ func (f *raceFollower) check(t *testing.T, log string) {
 	t.Helper()
 	want := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	var lastSeq int64
-	var ev raceEvent
+	var ev cqEvent
 	if err := json.Unmarshal([]byte(want[len(want)-1]), &ev); err != nil {
 		t.Fatalf("last event %q: %v", want[len(want)-1], err)
 	}
@@ -529,7 +512,7 @@ func raceCheckEvents(t *testing.T, log string, byID map[string]raceTask, uniqueK
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var ev raceEvent
+		var ev cqEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("event line %q: %v", sc.Text(), err)
 		}
@@ -538,11 +521,11 @@ func raceCheckEvents(t *testing.T, log string, byID map[string]raceTask, uniqueK
 			t.Errorf("seq %d after %d: not strictly increasing", ev.Seq, last)
 		}
 		last = ev.Seq
-		id := raceStr(ev.TaskID)
+		id := strOf(ev.TaskID)
 		if id == "" || ev.RunID != nil {
 			continue
 		}
-		from, to := raceStr(ev.From), raceStr(ev.To)
+		from, to := strOf(ev.From), strOf(ev.To)
 		prev, seen := state[id]
 		switch {
 		case !seen:

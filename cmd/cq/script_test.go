@@ -67,21 +67,14 @@ package main
 import (
 	"bytes"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/itchyny/gojq"
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -125,234 +118,27 @@ func scripts(t *testing.T, bugs bool) []string {
 	return out
 }
 
+// scriptJQ is the jq flavour of testdata/script and testdata/ops (see
+// jqSyntax): every argument before EXPR that starts with "-" is an
+// option, and a result JSON cannot encode fails the script.
+var scriptJQ = jqSyntax{name: "jq"}
+
+// scriptCmds are the custom commands of testdata/script and testdata/ops.
+var scriptCmds = map[string]scriptCmd{
+	"status":    cmdExitCode("status"),
+	"jq":        scriptJQ.cmdJQ,
+	"envout":    scriptJQ.cmdEnvout,
+	"mode":      cmdFileMode("mode"),
+	"sql":       cmdSQL,
+	"lines":     cmdLines,
+	"waitlines": cmdWaitlines,
+}
+
 func scriptParams(files []string) testscript.Params {
 	return testscript.Params{
 		Files: files,
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("HOME", env.WorkDir)
-			env.Setenv("CQ_HOME", filepath.Join(env.WorkDir, "home"))
-			env.Setenv("TZ", "UTC")
-			// A binary built with -race sleeps a second at exit by
-			// default; cq runs hundreds of times here.
-			if g := env.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
-				env.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
-			}
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"status":    cmdStatus,
-			"jq":        cmdJQ,
-			"envout":    cmdEnvout,
-			"mode":      cmdMode,
-			"sql":       cmdSQL,
-			"lines":     cmdLines,
-			"waitlines": cmdWaitlines,
-		},
-	}
-}
-
-func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
-	if neg {
-		ts.Fatalf("status does not support !")
-	}
-	if len(args) < 2 {
-		ts.Fatalf("usage: status CODE PROG [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	if err != nil {
-		ts.Fatalf("status: bad code %q", args[0])
-	}
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			ts.Fatalf("status: %v", err)
-		}
-		got = ee.ExitCode()
-	}
-	if got != want {
-		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
-	}
-}
-
-// jqArgs is a parsed jq command line.
-type jqArgs struct {
-	slurp  bool
-	in     string
-	names  []string
-	values []any
-	expr   string
-	want   string
-}
-
-func parseJQArgs(ts *testscript.TestScript, args []string, needWant bool) jqArgs {
-	var a jqArgs
-	a.in = "stdout"
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		switch args[0] {
-		case "-s":
-			a.slurp = true
-			args = args[1:]
-		case "-in":
-			if len(args) < 2 {
-				ts.Fatalf("jq: -in needs a file")
-			}
-			a.in, args = args[1], args[2:]
-		case "--arg":
-			if len(args) < 3 {
-				ts.Fatalf("jq: --arg needs a name and a value")
-			}
-			a.names = append(a.names, "$"+args[1])
-			a.values = append(a.values, args[2])
-			args = args[3:]
-		default:
-			ts.Fatalf("jq: unknown option %q", args[0])
-		}
-	}
-	n := 1
-	if needWant {
-		n = 2
-	}
-	if len(args) != n {
-		ts.Fatalf("usage: jq [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT")
-	}
-	a.expr = args[0]
-	if needWant {
-		a.want = args[1]
-	}
-	return a
-}
-
-// jqEval evaluates a.expr on its input and returns the one result.
-func jqEval(ts *testscript.TestScript, a jqArgs) any {
-	text := ts.ReadFile(a.in)
-	var values []any
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	for {
-		var v any
-		err := dec.Decode(&v)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			ts.Fatalf("jq: %s is not JSON: %v\n%s", a.in, err, text)
-		}
-		values = append(values, normalizeNumbers(v))
-	}
-	var input any
-	switch {
-	case a.slurp:
-		if values == nil {
-			values = []any{}
-		}
-		input = values
-	case len(values) == 1:
-		input = values[0]
-	default:
-		ts.Fatalf("jq: %s holds %d JSON values, want exactly 1 (use -s for JSONL)", a.in, len(values))
-	}
-	q, err := gojq.Parse(a.expr)
-	if err != nil {
-		ts.Fatalf("jq: parse %q: %v", a.expr, err)
-	}
-	code, err := gojq.Compile(q, gojq.WithVariables(a.names))
-	if err != nil {
-		ts.Fatalf("jq: compile %q: %v", a.expr, err)
-	}
-	iter := code.Run(input, a.values...)
-	var results []any
-	for {
-		v, ok := iter.Next()
-		if !ok {
-			break
-		}
-		if err, ok := v.(error); ok {
-			ts.Fatalf("jq: %q: %v", a.expr, err)
-		}
-		results = append(results, v)
-	}
-	if len(results) != 1 {
-		ts.Fatalf("jq: %q yields %d results, want exactly 1", a.expr, len(results))
-	}
-	return results[0]
-}
-
-// normalizeNumbers turns json.Numbers into the int or float64 gojq
-// works with.
-func normalizeNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return int(i)
-		}
-		f, _ := x.Float64()
-		return f
-	case []any:
-		for i := range x {
-			x[i] = normalizeNumbers(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = normalizeNumbers(x[k])
-		}
-	}
-	return v
-}
-
-// render is the jq command's text form of a result: strings unquoted
-// unless quoted is set, anything else compact JSON.
-func render(ts *testscript.TestScript, v any, quoted bool) string {
-	if s, ok := v.(string); ok && !quoted {
-		return s
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		ts.Fatalf("jq: cannot render %v: %v", v, err)
-	}
-	return strings.TrimSuffix(buf.String(), "\n")
-}
-
-func cmdJQ(ts *testscript.TestScript, neg bool, args []string) {
-	a := parseJQArgs(ts, args, true)
-	got := render(ts, jqEval(ts, a), strings.HasPrefix(a.want, `"`))
-	switch {
-	case neg && got == a.want:
-		ts.Fatalf("jq %s: got %s, want anything else", a.expr, got)
-	case !neg && got != a.want:
-		ts.Fatalf("jq %s: got %s, want %s", a.expr, got, a.want)
-	}
-}
-
-func cmdEnvout(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 {
-		ts.Fatalf("usage: envout NAME [[-s] [-in FILE] [--arg NAME VALUE]... EXPR]")
-	}
-	if len(args) == 1 {
-		ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
-		return
-	}
-	a := parseJQArgs(ts, args[1:], false)
-	ts.Setenv(args[0], render(ts, jqEval(ts, a), false))
-}
-
-func cmdMode(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: mode PERM FILE...")
-	}
-	want, err := strconv.ParseUint(args[0], 8, 32)
-	if err != nil {
-		ts.Fatalf("mode: bad permission %q", args[0])
-	}
-	for _, f := range args[1:] {
-		st, err := os.Stat(ts.MkAbs(f))
-		ts.Check(err)
-		if got := st.Mode().Perm(); got != os.FileMode(want) {
-			ts.Fatalf("%s has mode %04o, want %04o", f, got, want)
-		}
+		Setup: scriptSetup,
+		Cmds:  scriptCmds,
 	}
 }
 
@@ -493,77 +279,5 @@ x
 -- j.json --
 {"a":5}
 `
-	dir := t.TempDir()
-	var files []string
-	for name, script := range cases {
-		f := filepath.Join(dir, name+".txtar")
-		if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	okFile := filepath.Join(dir, "pass.txtar")
-	if err := os.WriteFile(okFile, []byte(pass), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, okFile)
-	rec := &recordT{failed: map[string]bool{}}
-	testscript.RunT(rec, scriptParams(files))
-	for name := range cases {
-		if !rec.failed[name] {
-			t.Errorf("script %s passed, want a failure", name)
-		}
-	}
-	if rec.failed["pass"] {
-		t.Errorf("script pass failed:\n%s", rec.logs["pass"])
-	}
-}
-
-// recordT is a testscript.T that records which scripts failed instead of
-// failing the test.
-type recordT struct {
-	mu     sync.Mutex
-	name   string
-	parent *recordT
-	failed map[string]bool
-	logs   map[string]string
-	log    strings.Builder
-}
-
-func (r *recordT) Skip(args ...any) { runtime.Goexit() }
-func (r *recordT) Fatal(args ...any) {
-	r.Log(args...)
-	r.FailNow()
-}
-func (r *recordT) Parallel()     {}
-func (r *recordT) Verbose() bool { return false }
-func (r *recordT) Log(args ...any) {
-	fmt.Fprintln(&r.log, args...)
-}
-
-func (r *recordT) FailNow() {
-	root := r.parent
-	if root == nil {
-		root = r
-	}
-	root.mu.Lock()
-	root.failed[r.name] = true
-	root.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (r *recordT) Run(name string, f func(testscript.T)) {
-	sub := &recordT{name: name, parent: r}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(sub)
-	}()
-	<-done
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.logs == nil {
-		r.logs = map[string]string{}
-	}
-	r.logs[name] = sub.log.String()
+	checkScriptCommands(t, scriptParams, cases, pass)
 }

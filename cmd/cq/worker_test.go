@@ -57,28 +57,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/itchyny/gojq"
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // wkWaitDefault is the default deadline of the script wait commands.
 const wkWaitDefault = 30 * time.Second
-
-// wkPoll is how often the waits look again.
-const wkPoll = 50 * time.Millisecond
 
 func TestWorkerScripts(t *testing.T) {
 	p := wkScriptParams(t)
@@ -94,25 +87,27 @@ func wkScriptParams(t *testing.T) testscript.Params {
 	}
 	return testscript.Params{
 		Deadline: deadline,
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("HOME", env.WorkDir)
-			env.Setenv("CQ_HOME", filepath.Join(env.WorkDir, "home"))
-			env.Setenv("TZ", "UTC")
-			env.Setenv("GORACE", wkGorace(env.Getenv("GORACE")))
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":  wkCmdExitcode,
-			"jqis":      wkCmdJqis,
-			"envout":    wkCmdEnvout,
-			"waitstate": wkCmdWaitstate,
-			"waitjq":    wkCmdWaitjq,
-			"waitfile":  wkCmdWaitfile,
-			"waitprocs": wkCmdWaitprocs,
-			"sigbg":     wkCmdSigbg,
-			"filemode":  wkCmdFilemode,
-		},
+		Setup:    scriptSetup,
+		Cmds:     wkScriptCmds,
 	}
+}
+
+// wkJQ is the jq flavour of testdata/worker (see jqSyntax): an argument
+// "-" or starting with "-." is the expression, and a result JSON cannot
+// encode compares unequal instead of failing the script.
+var wkJQ = jqSyntax{name: "jqis", dashExpr: true, lenientRender: true}
+
+// wkScriptCmds are the custom commands of testdata/worker.
+var wkScriptCmds = map[string]scriptCmd{
+	"exitcode":  cmdExitCode("exitcode"),
+	"jqis":      wkJQ.cmdJQ,
+	"envout":    wkJQ.cmdEnvout,
+	"waitstate": wkCmdWaitstate,
+	"waitjq":    wkCmdWaitjq,
+	"waitfile":  wkCmdWaitfile,
+	"waitprocs": wkCmdWaitprocs,
+	"sigbg":     wkCmdSigbg,
+	"filemode":  cmdFileMode("filemode"),
 }
 
 // TestWorkerScriptCommands checks that the custom commands can fail:
@@ -164,271 +159,11 @@ waitprocs wk-fake-pass 0 5s
 -- f --
 x
 `
-	dir := t.TempDir()
-	var files []string
-	for name, script := range cases {
-		f := filepath.Join(dir, name+".txtar")
-		if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	okFile := filepath.Join(dir, "pass.txtar")
-	if err := os.WriteFile(okFile, []byte(pass), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, okFile)
-	rec := &wkRecordT{failed: map[string]bool{}, logs: map[string]string{}}
-	p := wkScriptParams(t)
-	p.Files = files
-	testscript.RunT(rec, p)
-	for name := range cases {
-		if !rec.failed[name] {
-			t.Errorf("script %s passed, want a failure:\n%s", name, rec.logs[name])
-		}
-	}
-	if rec.failed["pass"] {
-		t.Errorf("script pass failed:\n%s", rec.logs["pass"])
-	}
-}
-
-// wkRecordT is a testscript.T that records which scripts failed instead
-// of failing the test.
-type wkRecordT struct {
-	mu     sync.Mutex
-	name   string
-	root   *wkRecordT
-	failed map[string]bool
-	logs   map[string]string
-	log    strings.Builder
-}
-
-func (r *wkRecordT) Skip(args ...any) { runtime.Goexit() }
-func (r *wkRecordT) Fatal(args ...any) {
-	r.Log(args...)
-	r.FailNow()
-}
-func (r *wkRecordT) Parallel()       {}
-func (r *wkRecordT) Verbose() bool   { return false }
-func (r *wkRecordT) Log(args ...any) { fmt.Fprintln(&r.log, args...) }
-func (r *wkRecordT) top() *wkRecordT {
-	if r.root != nil {
-		return r.root
-	}
-	return r
-}
-
-func (r *wkRecordT) FailNow() {
-	top := r.top()
-	top.mu.Lock()
-	top.failed[r.name] = true
-	top.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (r *wkRecordT) Run(name string, f func(testscript.T)) {
-	sub := &wkRecordT{name: name, root: r.top()}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(sub)
-	}()
-	<-done
-	top := r.top()
-	top.mu.Lock()
-	top.logs[name] = sub.log.String()
-	top.mu.Unlock()
-}
-
-// wkGorace keeps a -race cq from sleeping a second at every exit.
-func wkGorace(g string) string {
-	if strings.Contains(g, "atexit_sleep_ms") {
-		return g
-	}
-	return strings.TrimSpace(g + " atexit_sleep_ms=0")
-}
-
-// ---- script commands ----
-
-func wkCmdExitcode(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: exitcode CODE PROG [ARGS...]")
-	}
-	want, err := strconv.Atoi(args[0])
-	if err != nil {
-		ts.Fatalf("exitcode: bad code %q", args[0])
-	}
-	err = ts.Exec(args[1], args[2:]...)
-	got := 0
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			ts.Fatalf("exitcode: %v", err)
-		}
-		got = ee.ExitCode()
-	}
-	if got != want {
-		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
-	}
-}
-
-// wkJQ is a parsed jq command line.
-type wkJQ struct {
-	slurp  bool
-	in     string
-	names  []string
-	values []any
-	expr   string
-	rest   []string
-}
-
-func wkParseJQ(ts *testscript.TestScript, args []string) wkJQ {
-	a := wkJQ{in: "stdout"}
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") && len(args[0]) > 1 && args[0][1] != '.' {
-		switch {
-		case args[0] == "-s":
-			a.slurp, args = true, args[1:]
-		case args[0] == "-in" && len(args) >= 2:
-			a.in, args = args[1], args[2:]
-		case args[0] == "--arg" && len(args) >= 3:
-			a.names = append(a.names, "$"+args[1])
-			a.values = append(a.values, args[2])
-			args = args[3:]
-		default:
-			ts.Fatalf("jq: bad option %q", args[0])
-		}
-	}
-	if len(args) == 0 {
-		ts.Fatalf("jq: no expression")
-	}
-	a.expr, a.rest = args[0], args[1:]
-	return a
-}
-
-// wkJQEval evaluates a.expr on text; it returns an error instead of
-// failing, so that the waits can poll.
-func wkJQEval(a wkJQ, text string) (any, error) {
-	var values []any
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	for {
-		var v any
-		err := dec.Decode(&v)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("not JSON: %w\n%s", err, text)
-		}
-		values = append(values, wkNumbers(v))
-	}
-	var input any
-	switch {
-	case a.slurp:
-		if values == nil {
-			values = []any{}
-		}
-		input = values
-	case len(values) == 1:
-		input = values[0]
-	default:
-		return nil, fmt.Errorf("%d JSON values, want exactly 1 (use -s)", len(values))
-	}
-	q, err := gojq.Parse(a.expr)
-	if err != nil {
-		return nil, fmt.Errorf("parse %q: %w", a.expr, err)
-	}
-	code, err := gojq.Compile(q, gojq.WithVariables(a.names))
-	if err != nil {
-		return nil, fmt.Errorf("compile %q: %w", a.expr, err)
-	}
-	iter := code.Run(input, a.values...)
-	var results []any
-	for {
-		v, ok := iter.Next()
-		if !ok {
-			break
-		}
-		if err, ok := v.(error); ok {
-			return nil, fmt.Errorf("%q: %w", a.expr, err)
-		}
-		results = append(results, v)
-	}
-	if len(results) != 1 {
-		return nil, fmt.Errorf("%q yields %d results, want exactly 1", a.expr, len(results))
-	}
-	return results[0], nil
-}
-
-func wkNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return int(i)
-		}
-		f, _ := x.Float64()
-		return f
-	case []any:
-		for i := range x {
-			x[i] = wkNumbers(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = wkNumbers(x[k])
-		}
-	}
-	return v
-}
-
-func wkRender(v any, quoted bool) string {
-	if s, ok := v.(string); ok && !quoted {
-		return s
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return fmt.Sprintf("<unrenderable %v>", v)
-	}
-	return strings.TrimSuffix(buf.String(), "\n")
-}
-
-func wkCmdJqis(ts *testscript.TestScript, neg bool, args []string) {
-	a := wkParseJQ(ts, args)
-	if len(a.rest) != 1 {
-		ts.Fatalf("usage: jqis [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT")
-	}
-	want := a.rest[0]
-	v, err := wkJQEval(a, ts.ReadFile(a.in))
-	if err != nil {
-		ts.Fatalf("jqis: %v", err)
-	}
-	got := wkRender(v, strings.HasPrefix(want, `"`))
-	switch {
-	case neg && got == want:
-		ts.Fatalf("jqis %s: got %s, want anything else", a.expr, got)
-	case !neg && got != want:
-		ts.Fatalf("jqis %s: got %s, want %s", a.expr, got, want)
-	}
-}
-
-func wkCmdEnvout(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 {
-		ts.Fatalf("usage: envout NAME [[-s] [-in FILE] EXPR]")
-	}
-	if len(args) == 1 {
-		ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
-		return
-	}
-	a := wkParseJQ(ts, args[1:])
-	if len(a.rest) != 0 {
-		ts.Fatalf("usage: envout NAME [[-s] [-in FILE] EXPR]")
-	}
-	v, err := wkJQEval(a, ts.ReadFile(a.in))
-	if err != nil {
-		ts.Fatalf("envout: %v", err)
-	}
-	ts.Setenv(args[0], wkRender(v, false))
+	checkScriptCommands(t, func(files []string) testscript.Params {
+		p := wkScriptParams(t)
+		p.Files = files
+		return p
+	}, cases, pass)
 }
 
 // wkScriptCQ runs cq in the script's environment without touching the
@@ -471,45 +206,38 @@ func wkTimeoutArg(ts *testscript.TestScript, args []string, n int) time.Duration
 // wkScriptPoll polls cond until it reports true, failing the script with
 // its last description at the deadline.
 func wkScriptPoll(ts *testscript.TestScript, timeout time.Duration, what string, cond func() (bool, string)) {
-	start := time.Now()
-	for {
-		ok, last := cond()
-		if ok {
-			ts.Logf("%s: after %v", what, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if time.Since(start) > timeout {
-			ts.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(wkPoll)
+	ok, last, took := poll(timeout, cond)
+	if !ok {
+		ts.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
 	}
+	ts.Logf("%s: after %v", what, took.Round(time.Millisecond))
 }
 
 func wkCmdWaitstate(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 || len(args) > 3 {
 		ts.Fatalf("usage: waitstate ID STATE [TIMEOUT]")
 	}
-	wkWaitShow(ts, args[0], wkJQ{expr: ".state"}, args[1], wkTimeoutArg(ts, args, 2))
+	wkWaitShow(ts, args[0], jqArgs{expr: ".state"}, args[1], wkTimeoutArg(ts, args, 2))
 }
 
 func wkCmdWaitjq(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 || len(args) > 4 {
 		ts.Fatalf("usage: waitjq ID EXPR WANT [TIMEOUT]")
 	}
-	wkWaitShow(ts, args[0], wkJQ{expr: args[1]}, args[2], wkTimeoutArg(ts, args, 3))
+	wkWaitShow(ts, args[0], jqArgs{expr: args[1]}, args[2], wkTimeoutArg(ts, args, 3))
 }
 
-func wkWaitShow(ts *testscript.TestScript, id string, a wkJQ, want string, timeout time.Duration) {
+func wkWaitShow(ts *testscript.TestScript, id string, a jqArgs, want string, timeout time.Duration) {
 	wkScriptPoll(ts, timeout, fmt.Sprintf("task %s: %s == %s", id, a.expr, want), func() (bool, string) {
 		out, errs, err := wkScriptCQ(ts, "show", "-o", "json", id)
 		if err != nil {
 			return false, fmt.Sprintf("cq show: %v: %s", err, errs)
 		}
-		v, err := wkJQEval(a, out)
+		v, err := jqEval(a, out)
 		if err != nil {
 			return false, err.Error()
 		}
-		got := wkRender(v, strings.HasPrefix(want, `"`))
+		got := wkJQ.render(ts, v, strings.HasPrefix(want, `"`))
 		return got == want, got
 	})
 }
@@ -537,30 +265,7 @@ func wkCmdWaitprocs(ts *testscript.TestScript, neg bool, args []string) {
 	if n == 0 {
 		what = fmt.Sprintf("processes of run %s: none", args[0])
 	}
-	wkScriptPoll(ts, wkTimeoutArg(ts, args, 2), what, func() (bool, string) {
-		pids := wkRunProcs(args[0])
-		if n == 0 {
-			return len(pids) == 0, wkDescribeProcs(pids)
-		}
-		return len(pids) >= n, wkDescribeProcs(pids)
-	})
-}
-
-func wkCmdFilemode(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: filemode PERM FILE...")
-	}
-	want, err := strconv.ParseUint(args[0], 8, 32)
-	if err != nil {
-		ts.Fatalf("filemode: bad permission %q", args[0])
-	}
-	for _, f := range args[1:] {
-		st, err := os.Stat(ts.MkAbs(f))
-		ts.Check(err)
-		if got := st.Mode().Perm(); got != os.FileMode(want) {
-			ts.Fatalf("%s has mode %04o, want %04o", f, got, want)
-		}
-	}
+	wkScriptPoll(ts, wkTimeoutArg(ts, args, 2), what, func() (bool, string) { return wkProcsReached(args[0], n) })
 }
 
 var wkSignals = map[string]syscall.Signal{
@@ -624,6 +329,16 @@ func wkRunProcs(runID string) []int {
 	return pids
 }
 
+// wkProcsReached reports whether at least n processes of the run live
+// (for n = 0: none), and describes those that do.
+func wkProcsReached(runID string, n int) (bool, string) {
+	pids := wkRunProcs(runID)
+	if n == 0 {
+		return len(pids) == 0, wkDescribeProcs(pids)
+	}
+	return len(pids) >= n, wkDescribeProcs(pids)
+}
+
 func wkDescribeProcs(pids []int) string {
 	if len(pids) == 0 {
 		return "no process"
@@ -638,74 +353,13 @@ func wkDescribeProcs(pids []int) string {
 
 // ---- Go tests: an environment of cq processes on one home ----
 
-// wkEnv runs cq processes on one CQ_HOME.
-type wkEnv struct {
-	t    *testing.T
-	dir  string // the processes' working folder; tasks write here
-	home string
-	env  []string
-}
+// wkEnv runs cq processes on one CQ_HOME; a cq command that cannot run
+// or takes more than 90 s fails the test.
+type wkEnv struct{ *cqEnv }
 
 func wkNewEnv(t *testing.T) *wkEnv {
 	t.Helper()
-	dir := t.TempDir()
-	home := filepath.Join(dir, "home")
-	var env []string
-	gorace := ""
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "CQ_"), strings.HasPrefix(kv, "HOME="):
-		case strings.HasPrefix(kv, "GORACE="):
-			gorace = strings.TrimPrefix(kv, "GORACE=")
-		default:
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "CQ_HOME="+home, "HOME="+dir, "TZ=UTC", "GORACE="+wkGorace(gorace))
-	return &wkEnv{t: t, dir: dir, home: home, env: env}
-}
-
-// path is a file in the working folder.
-func (e *wkEnv) path(name string) string { return filepath.Join(e.dir, name) }
-
-// runIn runs one cq command to its end (90 s at most) with stdin.
-func (e *wkEnv) runIn(stdin string, args ...string) (stdout, stderr string, code int) {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "cq", args...)
-	cmd.Env, cmd.Dir = e.env, e.dir
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		e.t.Fatalf("cq %s: %v", strings.Join(args, " "), err)
-	}
-	if ctx.Err() != nil {
-		e.t.Fatalf("cq %s: did not end within 90s", strings.Join(args, " "))
-	}
-	return out.String(), errb.String(), code
-}
-
-func (e *wkEnv) run(args ...string) (string, string, int) {
-	e.t.Helper()
-	return e.runIn("", args...)
-}
-
-// ok runs cq and requires exit 0 and a silent stderr.
-func (e *wkEnv) ok(args ...string) string {
-	e.t.Helper()
-	out, errs, code := e.run(args...)
-	if code != 0 || errs != "" {
-		e.t.Fatalf("cq %s: exit %d, stderr %q, stdout %q", strings.Join(args, " "), code, errs, out)
-	}
-	return out
+	return &wkEnv{newCQEnv(t, 90*time.Second, true)}
 }
 
 // wkRun and wkTask are the parts of cq show -o json the tests read.
@@ -735,41 +389,18 @@ type wkTask struct {
 	Runs          []wkRun `json:"runs"`
 }
 
-type wkEvent struct {
-	Seq    int64           `json:"seq"`
-	Kind   string          `json:"kind"`
-	TaskID *string         `json:"task_id"`
-	RunID  *string         `json:"run_id"`
-	From   *string         `json:"from"`
-	To     *string         `json:"to"`
-	Reason *string         `json:"reason"`
-	Data   json.RawMessage `json:"data"`
-}
-
 func (r wkRun) String() string {
 	exit := "null"
 	if r.ExitCode != nil {
 		exit = strconv.Itoa(*r.ExitCode)
 	}
 	return fmt.Sprintf("{run %s attempt %d %s exit=%s signal=%s worker=%s reason=%s error=%s}",
-		r.ID, r.Attempt, r.State, exit, wkStr(r.Signal), wkStr(r.Worker), wkStr(r.Reason), wkStr(r.Error))
+		r.ID, r.Attempt, r.State, exit, nullStr(r.Signal), nullStr(r.Worker), nullStr(r.Reason), nullStr(r.Error))
 }
 
 func (t wkTask) String() string {
 	return fmt.Sprintf("{task %s %s attempts=%d blocked_reason=%s not_before=%s reason=%s runs=%v}",
-		t.ID, t.State, t.Attempts, wkStr(t.BlockedReason), wkStr(t.NotBefore), wkStr(t.Reason), t.Runs)
-}
-
-func (ev wkEvent) String() string {
-	return fmt.Sprintf("{seq %d %s task=%s run=%s %s→%s reason=%s}", ev.Seq, ev.Kind, wkStr(ev.TaskID), wkStr(ev.RunID),
-		wkStr(ev.From), wkStr(ev.To), wkStr(ev.Reason))
-}
-
-func wkStr(p *string) string {
-	if p == nil {
-		return "<null>"
-	}
-	return *p
+		t.ID, t.State, t.Attempts, nullStr(t.BlockedReason), nullStr(t.NotBefore), nullStr(t.Reason), t.Runs)
 }
 
 func (e *wkEnv) show(id string) wkTask {
@@ -792,42 +423,11 @@ func (e *wkEnv) tasks() []wkTask {
 	return all
 }
 
-func (e *wkEnv) events() []wkEvent {
-	e.t.Helper()
-	out := e.ok("events")
-	var evs []wkEvent
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev wkEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			e.t.Fatalf("cq events: %v: %s", err, sc.Text())
-		}
-		evs = append(evs, ev)
-	}
-	return evs
-}
-
 // eventually polls cond until it holds; at the deadline the test fails
 // with what cond last described.
 func (e *wkEnv) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
 	e.t.Helper()
-	wkEventually(e.t, timeout, what, cond)
-}
-
-func wkEventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	start := time.Now()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(wkPoll)
-	}
+	eventually(e.t, timeout, what, cond)
 }
 
 // waitTask polls cq show until the task is in state.
@@ -873,11 +473,7 @@ func (e *wkEnv) waitProcs(runID string, n int, timeout time.Duration) {
 	e.t.Helper()
 	e.reapLater(runID)
 	e.eventually(timeout, fmt.Sprintf("run %s with %d processes (0: none)", runID, n), func() (bool, string) {
-		pids := wkRunProcs(runID)
-		if n == 0 {
-			return len(pids) == 0, wkDescribeProcs(pids)
-		}
-		return len(pids) >= n, wkDescribeProcs(pids)
+		return wkProcsReached(runID, n)
 	})
 }
 
@@ -890,31 +486,13 @@ func (e *wkEnv) waitFile(name string) {
 	})
 }
 
-// wkBuffer is a goroutine-safe buffer for a worker's stderr.
-type wkBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *wkBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *wkBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // wkWorker is one cq worker process.
 type wkWorker struct {
 	e      *wkEnv
 	name   string
 	cmd    *exec.Cmd
-	stdout wkBuffer
-	stderr wkBuffer
+	stdout syncBuffer
+	stderr syncBuffer
 	done   chan struct{}
 	code   int // valid once done is closed; -1: killed by a signal
 }
@@ -1154,15 +732,15 @@ func TestWorkerManyExactlyOnce(t *testing.T) {
 	for _, ev := range e.events() {
 		switch ev.Kind {
 		case "run.queued":
-			queued[wkStr(ev.TaskID)]++
-			runOf[wkStr(ev.TaskID)] = wkStr(ev.RunID)
+			queued[nullStr(ev.TaskID)]++
+			runOf[nullStr(ev.TaskID)] = nullStr(ev.RunID)
 			var d struct {
 				Worker string `json:"worker"`
 			}
 			_ = json.Unmarshal(ev.Data, &d)
 			byWorker[d.Worker]++
 		case "run.succeeded":
-			succeeded[wkStr(ev.TaskID)]++
+			succeeded[nullStr(ev.TaskID)]++
 		}
 	}
 	for _, id := range ids {
@@ -1358,12 +936,12 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		return task.Runs[0].State != "running", task.Runs[0].String()
 	})
 	run1 := task.Runs[0]
-	if run1.State != "failed" || wkStr(run1.Reason) != "lease_expired" {
-		t.Errorf("reaped run: state %s, reason %s; want failed, lease_expired", run1.State, wkStr(run1.Reason))
+	if run1.State != "failed" || nullStr(run1.Reason) != "lease_expired" {
+		t.Errorf("reaped run: state %s, reason %s; want failed, lease_expired", run1.State, nullStr(run1.Reason))
 	}
-	if task.State != "blocked" || wkStr(task.BlockedReason) != "retry" {
+	if task.State != "blocked" || nullStr(task.BlockedReason) != "retry" {
 		t.Fatalf("after the reap the task is %s (%s); want blocked for a retry (transient class, 3 retries)",
-			task.State, wkStr(task.BlockedReason))
+			task.State, nullStr(task.BlockedReason))
 	}
 	if task.NotBefore == nil {
 		t.Fatalf("blocked for a retry without not_before")
@@ -1389,9 +967,9 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Fatalf("task has %d runs, attempts %d; want 2 and 2: %v", len(task.Runs), task.Attempts, task.Runs)
 	}
 	r2 := task.Runs[1]
-	if r2.Attempt != 2 || r2.State != "succeeded" || wkStr(r2.Worker) == wkStr(run1.Worker) {
+	if r2.Attempt != 2 || r2.State != "succeeded" || nullStr(r2.Worker) == nullStr(run1.Worker) {
 		t.Errorf("run 2: attempt %d, state %s, worker %s (run 1's: %s); want attempt 2 succeeded on another worker",
-			r2.Attempt, r2.State, wkStr(r2.Worker), wkStr(run1.Worker))
+			r2.Attempt, r2.State, nullStr(r2.Worker), nullStr(run1.Worker))
 	}
 	if out := e.ok("logs", "victim"); out != "second\n" {
 		t.Errorf("cq logs victim = %q, want %q", out, "second\n")
@@ -1468,7 +1046,7 @@ func TestWorkerFencedAfterTakeover(t *testing.T) {
 		t.Errorf("run 1 has exit_code %d: the stale worker's exit 0 was recorded", *task.Runs[0].ExitCode)
 	}
 	for _, ev := range e.events() {
-		if ev.Seq > lastSeq && (wkStr(ev.TaskID) == "fenced" || wkStr(ev.RunID) == r1.ID) {
+		if ev.Seq > lastSeq && (nullStr(ev.TaskID) == "fenced" || nullStr(ev.RunID) == r1.ID) {
 			t.Errorf("event after the takeover finished: %v", ev)
 		}
 	}
@@ -1526,7 +1104,7 @@ func TestWorkerGracefulStop(t *testing.T) {
 		t.Errorf("short: task %s, run %s; want done and succeeded (it ended within the grace)", short.State, short.Runs[0].State)
 	}
 	st := e.show("stubborn")
-	if st.State != "todo" || len(st.Runs) != 1 || st.Runs[0].State != "cancelled" || wkStr(st.Runs[0].Reason) != "released" {
+	if st.State != "todo" || len(st.Runs) != 1 || st.Runs[0].State != "cancelled" || nullStr(st.Runs[0].Reason) != "released" {
 		t.Fatalf("stubborn: task %s, runs %v; want todo, one run cancelled with reason released", st.State, st.Runs)
 	}
 	if _, err := os.Stat(filepath.Join(e.home, "runs", r.ID, "summary.json")); err != nil {
@@ -1541,9 +1119,9 @@ func TestWorkerGracefulStop(t *testing.T) {
 	}
 	w2.checkLog()
 	st = e.show("stubborn")
-	if st.State != "blocked" || wkStr(st.BlockedReason) != "retry" || len(st.Runs) != 2 || st.Runs[1].State != "failed" {
+	if st.State != "blocked" || nullStr(st.BlockedReason) != "retry" || len(st.Runs) != 2 || st.Runs[1].State != "failed" {
 		t.Errorf("after a failed attempt 2: task %s (%s), runs %v; want blocked for a retry: the release spent no budget",
-			st.State, wkStr(st.BlockedReason), st.Runs)
+			st.State, nullStr(st.BlockedReason), st.Runs)
 	}
 }
 
@@ -1611,7 +1189,7 @@ func TestWorkerLogsFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb wkBuffer
+	var errb syncBuffer
 	f.Stderr = &errb
 	if err := f.Start(); err != nil {
 		t.Fatal(err)
@@ -1693,7 +1271,7 @@ func TestWorkerLeaseLostWhileStoreLocked(t *testing.T) {
 		if left = wkRunProcs(r.ID); len(left) == 0 {
 			break
 		}
-		time.Sleep(wkPoll)
+		time.Sleep(pollEvery)
 	}
 	gone := time.Since(locked)
 	unlock()
@@ -1715,7 +1293,7 @@ func TestWorkerLeaseLostWhileStoreLocked(t *testing.T) {
 	e.eventually(30*time.Second, "run 1 reaped", func() (bool, string) {
 		e.ok("heartbeat")
 		task := e.show("locked")
-		return task.Runs[0].State == "failed" && wkStr(task.Runs[0].Reason) == "lease_expired", task.Runs[0].String()
+		return task.Runs[0].State == "failed" && nullStr(task.Runs[0].Reason) == "lease_expired", task.Runs[0].String()
 	})
 	w.stop()
 }
@@ -1754,7 +1332,7 @@ func TestWorkerCancelAfterExit(t *testing.T) {
 		})
 		if task.State != "done" || task.Runs[0].State != "succeeded" {
 			bad = append(bad, fmt.Sprintf("%s: task %s, run %s (exit %v, signal %s)", id, task.State, task.Runs[0].State,
-				task.Runs[0].ExitCode != nil, wkStr(task.Runs[0].Signal)))
+				task.Runs[0].ExitCode != nil, nullStr(task.Runs[0].Signal)))
 		}
 	}
 	if len(bad) > 0 {
