@@ -452,6 +452,8 @@ type Finished struct {
 type FinishResult struct {
 	Finished []Finished
 	Claimed  []*Claimed
+	// StartErrs are Cycle's refused starts, by position (nil: started).
+	StartErrs []error
 }
 
 // FinishRuns records several ends in one transaction, each on its own (a
@@ -459,9 +461,24 @@ type FinishResult struct {
 // claim is set, claims up to claim.N tasks in the same transaction, so
 // that a busy worker pays one commit per cycle instead of one per step.
 func (s *Store) FinishRuns(ctx context.Context, fs []Finish, claim *ClaimN) (FinishResult, error) {
+	return s.Cycle(ctx, nil, fs, claim)
+}
+
+// Cycle is a worker's whole step in one transaction: it records starts
+// (queued → running, each on its own like StartRuns; refusals are in
+// StartErrs), then ends (like FinishRuns), then claims. A busy worker
+// thus pays one commit per cycle: the starts of the runs it launched
+// last time ride with the ends that come next.
+func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *ClaimN) (FinishResult, error) {
 	var res FinishResult
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
-		res = FinishResult{Finished: make([]Finished, len(fs))}
+		res = FinishResult{Finished: make([]Finished, len(fs)), StartErrs: make([]error, len(starts))}
+		for i, st := range starts {
+			res.StartErrs[i] = startTx(ctx, tx, now, st)
+			if res.StartErrs[i] != nil && !IsConflict(res.StartErrs[i]) && !IsNotFound(res.StartErrs[i]) {
+				return res.StartErrs[i]
+			}
+		}
 		for i, f := range fs {
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT finish`); err != nil {
 				return err

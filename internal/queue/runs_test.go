@@ -576,3 +576,59 @@ func TestClaimUsesTheLaneHeadIndex(t *testing.T) {
 		t.Fatalf("claim plan does not read tasks_claim in order:\n%s", plan.String())
 	}
 }
+
+// TestCycleStartsThenEndsThenClaims: one Cycle records the starts first
+// (so a run started and ended in the same transaction goes queued →
+// running → succeeded, in that event order), refuses a start whose run
+// was cancelled meanwhile without writing anything for it, records the
+// ends, then claims.
+func TestCycleStartsThenEndsThenClaims(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	fast := b.enqueue(t, queue.Spec{})
+	gone := b.enqueue(t, queue.Spec{})
+	next := b.enqueue(t, queue.Spec{})
+	cf, cg := b.claim(t), b.claim(t)
+	if cf == nil || cg == nil || cf.TaskID != fast || cg.TaskID != gone {
+		t.Fatalf("claims: %+v %+v", cf, cg)
+	}
+	if _, _, err := b.st.Cancel(b.ctx, gone, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	goneRun := b.runState(t, cg.RunID)
+	res, err := b.st.Cycle(b.ctx,
+		[]queue.Start{{RunID: cf.RunID, Token: cf.Token, Pid: 7, Pgid: 7}, {RunID: cg.RunID, Token: cg.Token, Pid: 8, Pgid: 8}},
+		[]queue.Finish{{RunID: cf.RunID, Token: cf.Token, Outcome: queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}}},
+		&queue.ClaimN{Params: queue.ClaimParams{Worker: "w1", Host: "h", Lease: time.Minute}, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.StartErrs) != 2 || res.StartErrs[0] != nil || !queue.IsConflict(res.StartErrs[1]) {
+		t.Fatalf("start errors %v, want [nil conflict]", res.StartErrs)
+	}
+	if got := b.runState(t, cg.RunID); got != goneRun {
+		t.Errorf("refused start changed the run: %s, was %s", got, goneRun)
+	}
+	if res.Finished[0].Err != nil || res.Finished[0].TaskState != queue.TaskDone {
+		t.Fatalf("finish: %+v", res.Finished[0])
+	}
+	if len(res.Claimed) != 1 || res.Claimed[0].TaskID != next {
+		t.Fatalf("claimed %+v, want %s", res.Claimed, next)
+	}
+	evs, err := b.st.DB.SQL.Query(`SELECT kind FROM events WHERE run_id = ? ORDER BY seq`, cf.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for evs.Next() {
+		var k string
+		if err := evs.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, k)
+	}
+	evs.Close()
+	if strings.Join(kinds, " ") != "run.queued run.running run.succeeded" {
+		t.Errorf("events of the fast run: %v", kinds)
+	}
+}

@@ -365,48 +365,26 @@ func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
 		}
 		spawned = append(spawned, runs[i])
 	}
-	if len(spawned) > 0 {
-		starts := make([]queue.Start, len(spawned))
-		for i, r := range spawned {
-			starts[i] = queue.Start{RunID: r.c.RunID, Token: r.c.Token, Pid: r.pgid, Pgid: r.pgid}
+	// The runs are live from here on; their starts (queued → running)
+	// are recorded by the next transaction the loop makes, which is
+	// usually the one recording how the first of them ended, or by
+	// flushStarts within startDelay.
+	for _, r := range spawned {
+		w.mu.Lock()
+		w.runs[r.c.RunID] = r
+		w.mu.Unlock()
+		if r.c.Timeout > 0 {
+			r.timer = time.AfterFunc(r.c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
 		}
-		var errs []error
-		var err error
-		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-			errs, err = w.st.StartRuns(context.WithoutCancel(ctx), starts)
-			if err == nil || time.Since(spawned[0].renewedAt()) >= 2*w.opt.Lease/3 {
-				break
-			}
-			w.log.Error("store.error", "op", "start", "error", err.Error(), "retry_in", delay.String())
-			time.Sleep(delay)
-		}
-		for i, r := range spawned {
-			if err != nil || errs[i] != nil {
-				why := err
-				if why == nil {
-					why = errs[i]
-				}
-				w.log.Warn("run.start_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", why.Error())
-				signalGroup(r.pgid, syscall.SIGKILL)
-				r.closePidfd()
-				_ = r.cmd.Wait()
-				w.sup.del(r.pgid, r.c.RunID)
-				r.stdout.Close()
-				r.stderr.Close()
-				continue
-			}
-			w.log.Info("run.started", "task", r.c.TaskID, "run", r.c.RunID, "attempt", r.c.Attempt, "pid", r.pgid, "queue", r.c.Queue)
-			w.mu.Lock()
-			w.runs[r.c.RunID] = r
-			w.mu.Unlock()
-			if r.c.Timeout > 0 {
-				r.timer = time.AfterFunc(r.c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
-			}
-			go func() {
-				r.wait()
-				w.exited <- r
-			}()
-		}
+		go func() {
+			r.wait()
+			w.exited <- r
+		}()
+		w.pending = append(w.pending, r)
+	}
+	if len(w.pending) > 0 && !w.startArmed {
+		w.startArmed = true
+		w.startTimer.Reset(startDelay)
 	}
 	if len(failed) > 0 {
 		w.record(ctx, failed, 0)
@@ -473,7 +451,7 @@ more:
 	if !w.stopping && ctx.Err() == nil {
 		claimN = w.opt.Concurrency - w.live()
 	}
-	if len(ends) == 0 && claimN == 0 {
+	if len(ends) == 0 && claimN == 0 && len(w.pending) == 0 {
 		return
 	}
 	w.launch(ctx, w.record(ctx, ends, claimN))
@@ -555,6 +533,19 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 	for i, e := range ends {
 		fs[i] = e.f
 	}
+	pending := w.pending
+	w.pending = nil
+	starts := make([]queue.Start, len(pending))
+	for i, r := range pending {
+		starts[i] = queue.Start{RunID: r.c.RunID, Token: r.c.Token, Pid: r.pgid, Pgid: r.pgid}
+	}
+	// The oldest lease at stake bounds the retries.
+	var oldest *run
+	if len(pending) > 0 {
+		oldest = pending[0]
+	} else if len(ends) > 0 {
+		oldest = ends[0].r
+	}
 	var claim *queue.ClaimN
 	if claimN > 0 {
 		claim = &queue.ClaimN{Params: w.claimParams(), N: claimN}
@@ -563,10 +554,10 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 	var res queue.FinishResult
 	var err error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		res, err = w.st.FinishRuns(ctx, fs, claim)
+		res, err = w.st.Cycle(ctx, starts, fs, claim)
 		// Give up once the leases would be void: the runs will be reaped
 		// and run again elsewhere.
-		if err == nil || len(ends) == 0 || time.Since(ends[0].r.renewedAt()) >= 2*w.opt.Lease/3 {
+		if err == nil || oldest == nil || time.Since(oldest.renewedAt()) >= 2*w.opt.Lease/3 {
 			break
 		}
 		w.log.Error("store.error", "op", "finish", "error", err.Error(), "retry_in", delay.String())
@@ -574,8 +565,14 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 	}
 	if err != nil {
 		w.log.Error("store.error", "op", "finish", "error", err.Error())
+		res.StartErrs = make([]error, len(pending))
+		for i := range res.StartErrs {
+			res.StartErrs[i] = err
+		}
+		w.started(pending, res.StartErrs)
 		return nil
 	}
+	w.started(pending, res.StartErrs)
 	for i, e := range ends {
 		f := res.Finished[i]
 		log := w.log.With("task", e.r.c.TaskID, "run", e.r.c.RunID)
@@ -604,6 +601,33 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 		}
 	}
 	return res.Claimed
+}
+
+// started logs the recorded starts; a run whose start the store refused
+// (cancelled or taken over since the claim) is not ours to run: its group
+// is killed and its end will write nothing.
+func (w *Worker) started(runs []*run, errs []error) {
+	for i, r := range runs {
+		if errs[i] != nil {
+			w.log.Warn("run.start_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", errs[i].Error())
+			r.markLost()
+			signalGroup(r.pgid, syscall.SIGKILL)
+			continue
+		}
+		w.log.Info("run.started", "task", r.c.TaskID, "run", r.c.RunID, "attempt", r.c.Attempt, "pid", r.pgid, "queue", r.c.Queue)
+	}
+}
+
+// startDelay is how long a start may wait for a transaction to ride
+// with before it is recorded on its own.
+const startDelay = 3 * time.Millisecond
+
+// flushStarts records the pending starts on their own.
+func (w *Worker) flushStarts(ctx context.Context) {
+	w.startArmed = false
+	if len(w.pending) > 0 {
+		w.record(ctx, nil, 0)
+	}
 }
 
 func intp(n int) *int { return &n }

@@ -100,6 +100,11 @@ type Worker struct {
 	watcher *fsnotify.Watcher
 	watched []string
 	watchOn bool
+	// pending are runs launched whose start is not recorded yet (loop
+	// goroutine only); startTimer records them within startDelay.
+	pending    []*run
+	startTimer *time.Timer
+	startArmed bool
 	// paths caches PATH lookups of command names (see command).
 	pathMu sync.Mutex
 	paths  map[string]pathEntry
@@ -121,6 +126,11 @@ func New(st *queue.Store, opt Options) *Worker {
 		wake:    make(chan struct{}, 1),
 		environ: os.Environ(),
 		paths:   map[string]pathEntry{},
+		startTimer: func() *time.Timer {
+			t := time.NewTimer(time.Hour)
+			t.Stop()
+			return t
+		}(),
 	}
 }
 
@@ -215,10 +225,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		if storeBackoff > 0 {
 			retry = time.After(storeBackoff)
 		}
+		var startC <-chan time.Time
+		if w.startArmed {
+			startC = w.startTimer.C
+		}
 		select {
 		case <-ctx.Done():
 		case r := <-w.exited:
 			w.finish(ctx, r)
+		case <-startC:
+			w.flushStarts(ctx)
 		case <-w.wake:
 		case <-poll.C:
 			w.promoteIfDue(ctx)
@@ -415,6 +431,7 @@ func (w *Worker) watching(on bool) {
 func (w *Worker) stop() error {
 	ctx := context.Background()
 	w.stopping = true
+	w.flushStarts(ctx)
 	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
 	deadline := time.After(w.opt.Grace)
 	killed := false
