@@ -152,7 +152,13 @@ func (r *run) wait() {
 							break
 						}
 					}
-					return werr != nil || got == pid
+					if got == pid {
+						// Reaped: from now on the pid may name another
+						// process, and exited() must not ask about it.
+						r.reaped.Store(true)
+						return true
+					}
+					return werr != nil
 				})
 				if err == nil && werr == nil {
 					return
