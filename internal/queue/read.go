@@ -405,18 +405,5 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 // CancellingRuns returns the ids of this worker's runs that a user asked
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, sqlCancellingRuns, worker)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return queryIDs(ctx, s.DB.SQL, sqlCancellingRuns, worker)
 }

@@ -745,21 +745,8 @@ func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, sqlExpiredLeases, FormatTime(now))
+		ids, err := queryIDs(ctx, tx, sqlExpiredLeases, FormatTime(now))
 		if err != nil {
-			return err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, id := range ids {
