@@ -298,7 +298,7 @@ func (t *Tx) QueryRowContext(_ context.Context, q string, args ...any) *sql.Row 
 // page cache stays valid from one transaction to the next, and there is
 // no database/sql transaction (whose watcher goroutine per transaction and
 // per query in it cost more than the statements).
-func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
+func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.wconn == nil {

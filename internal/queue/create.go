@@ -44,10 +44,17 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
 		c := newCreator(tx, now)
+		// A failed flush is charged to the first line it carried.
+		flush := func() error {
+			if err := c.flush(ctx); err != nil {
+				return &LineError{Line: c.pendingLine, Err: err}
+			}
+			return nil
+		}
 		for i, sp := range specs {
 			if c.bulk = c.bulkable(sp, opt.Enqueue); !c.bulk {
-				if err := c.flush(ctx); err != nil {
-					return &LineError{Line: c.pendingLine, Err: err}
+				if err := flush(); err != nil {
+					return err
 				}
 			}
 			r, err := c.create(ctx, sp, opt.Enqueue)
@@ -58,16 +65,13 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 				c.pendingLine = i + 1
 			}
 			if len(c.pending) >= bulkRows {
-				if err := c.flush(ctx); err != nil {
-					return &LineError{Line: c.pendingLine, Err: err}
+				if err := flush(); err != nil {
+					return err
 				}
 			}
 			out = append(out, r)
 		}
-		if err := c.flush(ctx); err != nil {
-			return &LineError{Line: c.pendingLine, Err: err}
-		}
-		return nil
+		return flush()
 	})
 	return out, err
 }
