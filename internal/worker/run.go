@@ -341,9 +341,9 @@ func (w *Worker) forgetPath(name string) {
 	w.pathMu.Unlock()
 }
 
-// launch starts claimed tasks and records their starts (queued →
-// running) in one transaction. A start the store refuses (cancelled or
-// taken over meanwhile) is not ours to run: its group is killed.
+// launch starts claimed tasks; their starts (queued → running) wait in
+// w.pending for the loop's next transaction (see record and flushStarts).
+// A spawn that fails is recorded as the run's end at once.
 func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
 	// Each spawn creates a folder and files and forks: independent work,
 	// done side by side when several tasks were claimed at once.
@@ -531,9 +531,10 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	return e, true
 }
 
-// record writes runs' ends (and claims up to claimN tasks in the same
-// commit), retrying while the store is unreachable and the leases hold;
-// it logs each end, writes its summary.json, and returns the claims.
+// record writes the pending starts, runs' ends and claims of up to claimN
+// tasks in one commit, retrying while the store is unreachable and the
+// leases hold; it logs each start and end, writes summary.json files, and
+// returns the claims. A refused start's group is killed (see started).
 func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue.Claimed {
 	fs := make([]queue.Finish, len(ends))
 	for i, e := range ends {
