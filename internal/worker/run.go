@@ -341,52 +341,71 @@ func (w *Worker) forgetPath(name string) {
 	w.pathMu.Unlock()
 }
 
-// launch starts claimed tasks; their starts (queued → running) wait in
-// w.pending for the loop's next transaction (see record and flushStarts).
-// A spawn that fails is recorded as the run's end at once.
-func (w *Worker) launch(ctx context.Context, claims []*queue.Claimed) {
-	// Each spawn creates a folder and files and forks: independent work,
-	// done side by side when several tasks were claimed at once.
-	runs := make([]*run, len(claims))
-	outcomes := make([]*queue.Outcome, len(claims))
-	if len(claims) == 1 {
-		runs[0], outcomes[0] = w.spawn(claims[0])
-	} else {
-		var wg sync.WaitGroup
-		for i, c := range claims {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				runs[i], outcomes[i] = w.spawn(c)
-			}()
-		}
-		wg.Wait()
-	}
-	var spawned []*run
-	var failed []ending
-	for i, c := range claims {
-		if o := outcomes[i]; o != nil {
-			failed = append(failed, ending{r: runs[i], f: queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: *o}})
-			continue
-		}
-		spawned = append(spawned, runs[i])
-	}
-	// The runs are live from here on; their starts (queued → running)
-	// are recorded by the next transaction the loop makes, which is
-	// usually the one recording how the first of them ended, or by
-	// flushStarts within startDelay.
-	for _, r := range spawned {
-		w.mu.Lock()
-		w.runs[r.c.RunID] = r
-		w.mu.Unlock()
-		if r.c.Timeout > 0 {
-			r.timer = time.AfterFunc(r.c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
-		}
+// spawned is a spawn's result, sent from its goroutine to the loop.
+type spawned struct {
+	r *run
+	o *queue.Outcome // set when the process could not be started
+}
+
+// launch starts claimed tasks, each on a goroutine of its own: creating a
+// run's folder and files and forking take longer than the transaction
+// that records the ends of other runs, and the loop goes on with those
+// meanwhile. Until the loop adopts its result (see adopt), a spawn counts
+// as live in w.inflight, so that no slot is claimed twice.
+func (w *Worker) launch(claims []*queue.Claimed) {
+	for _, c := range claims {
+		w.inflight++
 		go func() {
+			r, o := w.spawn(c)
+			if o != nil {
+				w.spawnedC <- spawned{r: r, o: o}
+				return
+			}
+			if c.Timeout > 0 {
+				r.timer = time.AfterFunc(c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
+			}
+			// The loop receives this before the exit below: it adopts
+			// every spawn waiting in spawnedC before it reads an exit.
+			w.spawnedC <- spawned{r: r}
 			r.wait()
 			w.exited <- r
 		}()
-		w.pending = append(w.pending, r)
+	}
+}
+
+// adopt takes in the spawns that have finished, sp first: their runs are
+// live from here on, and their starts (queued → running) are recorded by
+// the next transaction the loop makes, usually the one recording how
+// another run ended, or by flushStarts within startDelay. A spawn that
+// failed is recorded as the run's end at once.
+func (w *Worker) adopt(ctx context.Context, sp *spawned) {
+	var failed []ending
+	for {
+		if sp == nil {
+			select {
+			case s := <-w.spawnedC:
+				sp = &s
+			default:
+			}
+			if sp == nil {
+				break
+			}
+		}
+		w.inflight--
+		r := sp.r
+		if sp.o != nil {
+			failed = append(failed, ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token, Outcome: *sp.o}})
+		} else {
+			w.mu.Lock()
+			w.runs[r.c.RunID] = r
+			w.mu.Unlock()
+			w.pending = append(w.pending, r)
+			if w.killAll != "" {
+				// A graceful stop's grace is over: this one goes too.
+				r.kill(w.killAll, 2*time.Second)
+			}
+		}
+		sp = nil
 	}
 	if len(w.pending) > 0 && !w.startArmed {
 		w.startArmed = true
@@ -437,6 +456,9 @@ type ending struct {
 // any others that ended meanwhile, and (unless the worker is stopping)
 // claims as many new tasks in the same transaction, then starts them.
 func (w *Worker) finish(ctx context.Context, first *run) {
+	// Every spawn that sent its run before this exit is adopted first:
+	// the run that exited may be one of them.
+	w.adopt(ctx, nil)
 	batch := []*run{first}
 more:
 	for len(batch) < cap(w.exited) {
@@ -460,7 +482,7 @@ more:
 	if len(ends) == 0 && claimN == 0 && len(w.pending) == 0 {
 		return
 	}
-	w.launch(ctx, w.record(ctx, ends, claimN))
+	w.launch(w.record(ctx, ends, claimN))
 }
 
 // ended cleans up after a run's process and works out its outcome; false

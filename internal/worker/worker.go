@@ -105,6 +105,13 @@ type Worker struct {
 	pending    []*run
 	startTimer *time.Timer
 	startArmed bool
+	// inflight counts spawns whose result the loop has not adopted yet
+	// (loop goroutine only); spawnedC carries those results (see launch).
+	inflight int
+	spawnedC chan spawned
+	// killAll, once a graceful stop's grace is over, is why every run is
+	// killed, including those adopted after that.
+	killAll string
 	// paths caches PATH lookups of command names (see command).
 	pathMu sync.Mutex
 	paths  map[string]pathEntry
@@ -123,6 +130,9 @@ func New(st *queue.Store, opt Options) *Worker {
 		log:     opt.Log,
 		runs:    map[string]*run{},
 		exited:  make(chan *run, 256),
+		// Never full: a spawn is counted in inflight, at most
+		// Concurrency of them, until its result is received.
+		spawnedC: make(chan spawned, opt.Concurrency),
 		wake:    make(chan struct{}, 1),
 		environ: os.Environ(),
 		paths:   map[string]pathEntry{},
@@ -233,6 +243,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case r := <-w.exited:
 			w.finish(ctx, r)
+		case sp := <-w.spawnedC:
+			w.adopt(ctx, &sp)
 		case <-startC:
 			w.flushStarts(ctx)
 		case <-w.wake:
@@ -258,11 +270,12 @@ func (w *Worker) saveSummary(r queue.Run) {
 	}
 }
 
-// live is the number of runs this worker holds.
+// live is the number of runs this worker holds, spawns in flight
+// included (loop goroutine only).
 func (w *Worker) live() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.runs)
+	return len(w.runs) + w.inflight
 }
 
 // fill claims until the slots are full or nothing is runnable. It reports
@@ -291,7 +304,7 @@ func (w *Worker) fill(ctx context.Context) (bool, error) {
 			return claimed, nil
 		}
 		claimed = true
-		w.launch(ctx, cs)
+		w.launch(cs)
 	}
 	return claimed, nil
 }
@@ -434,14 +447,21 @@ func (w *Worker) stop() error {
 	w.flushStarts(ctx)
 	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
 	deadline := time.After(w.opt.Grace)
-	killed := false
 	for w.live() > 0 {
+		var startC <-chan time.Time
+		if w.startArmed {
+			startC = w.startTimer.C
+		}
 		select {
 		case r := <-w.exited:
 			w.finish(ctx, r)
+		case sp := <-w.spawnedC:
+			w.adopt(ctx, &sp)
+		case <-startC:
+			w.flushStarts(ctx)
 		case <-deadline:
-			if !killed {
-				killed = true
+			if w.killAll == "" {
+				w.killAll = killRelease
 				w.mu.Lock()
 				for _, r := range w.runs {
 					r.kill(killRelease, 2*time.Second)
