@@ -126,16 +126,16 @@ func New(st *queue.Store, opt Options) *Worker {
 	}
 	return &Worker{
 		st: st, opt: opt, host: host,
-		id:      fmt.Sprintf("%s:%d", host, os.Getpid()),
-		log:     opt.Log,
-		runs:    map[string]*run{},
-		exited:  make(chan *run, 256),
+		id:     fmt.Sprintf("%s:%d", host, os.Getpid()),
+		log:    opt.Log,
+		runs:   map[string]*run{},
+		exited: make(chan *run, 256),
 		// Never full: a spawn is counted in inflight, at most
 		// Concurrency of them, until its result is received.
 		spawnedC: make(chan spawned, opt.Concurrency),
-		wake:    make(chan struct{}, 1),
-		environ: os.Environ(),
-		paths:   map[string]pathEntry{},
+		wake:     make(chan struct{}, 1),
+		environ:  os.Environ(),
+		paths:    map[string]pathEntry{},
 		startTimer: func() *time.Timer {
 			t := time.NewTimer(time.Hour)
 			t.Stop()
