@@ -760,6 +760,47 @@ func TestWorkerManyExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestWorkerOnceFastTasks: 1500 tasks that exit at once, one worker at
+// concurrency 8 with --once. Spawns land on the loop while other runs
+// end, so a run may exit before the loop has taken in its spawn; every
+// start must still be recorded before its end (finish adopts waiting
+// spawns after it has read the exits). The worker exits 0 when the
+// backlog is gone, every task is done after one attempt, and the log has
+// no refused start or end. The losing interleaving needs the loop to be
+// preempted at one point, so this run catches it only now and then.
+func TestWorkerOnceFastTasks(t *testing.T) {
+	e := wkNewEnv(t)
+	const n = 1500
+	lines := make([]map[string]any, n)
+	for i := range lines {
+		lines[i] = map[string]any{"cmd": []string{"true"}}
+	}
+	e.batch(lines)
+	w := e.startWorker("once", "--once", "--concurrency", "8")
+	if code := w.wait(120 * time.Second); code != 0 {
+		t.Fatalf("worker --once exited %d, want 0; stderr:\n%s", code, w.stderr.String())
+	}
+	w.checkLog()
+	for _, l := range w.logLines() {
+		if msg, _ := l["msg"].(string); strings.HasSuffix(msg, "_refused") || l["level"] == "ERROR" {
+			t.Errorf("worker log: %v", l)
+		}
+	}
+	done, bad := 0, 0
+	for _, task := range e.tasks() {
+		switch {
+		case task.State == "done" && task.Attempts == 1:
+			done++
+		case bad < 5:
+			bad++
+			t.Errorf("task %s: state %s, attempts %d; want done after 1 attempt", task.ID, task.State, task.Attempts)
+		}
+	}
+	if done != n {
+		t.Errorf("%d of %d tasks done after one attempt", done, n)
+	}
+}
+
 // ---- (b) key lanes ----
 
 // TestWorkerKeyLanes: tasks sharing a --key never overlap and run in the

@@ -456,9 +456,6 @@ type ending struct {
 // any others that ended meanwhile, and (unless the worker is stopping)
 // claims as many new tasks in the same transaction, then starts them.
 func (w *Worker) finish(ctx context.Context, first *run) {
-	// Every spawn that sent its run before this exit is adopted first:
-	// the run that exited may be one of them.
-	w.adopt(ctx, nil)
 	batch := []*run{first}
 more:
 	for len(batch) < cap(w.exited) {
@@ -469,6 +466,10 @@ more:
 			break more
 		}
 	}
+	// A run's spawn sent it on spawnedC before its exit was sent: every
+	// run in the batch is adopted by now or waits there. Adopted now, its
+	// start goes into the transaction that records its end, before it.
+	w.adopt(ctx, nil)
 	var ends []ending
 	for _, r := range batch {
 		if e, ok := w.ended(r); ok {
