@@ -271,12 +271,14 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	default:
 		argv = sp.Cmd
 	}
-	in, err := os.Open(stdin)
-	if err != nil {
-		closeFiles()
-		return fail(queue.ClassTransient, "stdin: "+err.Error())
+	in := w.devNull()
+	if in == nil || stdin != os.DevNull {
+		if in, err = os.Open(stdin); err != nil {
+			closeFiles()
+			return fail(queue.ClassTransient, "stdin: "+err.Error())
+		}
+		defer in.Close()
 	}
-	defer in.Close()
 	cmd := w.command(argv)
 	if cmd.Err != nil {
 		closeFiles()
@@ -298,6 +300,14 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	r.renewed(time.Now())
 	w.sup.add(r.pgid, c.RunID)
 	return r, nil
+}
+
+// devNull is /dev/null opened once for the worker's life, every run's
+// stdin (an intent's excepted); nil if it cannot be opened, and each run
+// then opens its own.
+func (w *Worker) devNull() *os.File {
+	w.nullOnce.Do(func() { w.null, _ = os.Open(os.DevNull) })
+	return w.null
 }
 
 // pathTTL is how long a command name's PATH lookup is reused: a busy

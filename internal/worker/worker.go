@@ -112,6 +112,9 @@ type Worker struct {
 	// killAll, once a graceful stop's grace is over, is why every run is
 	// killed, including those adopted after that.
 	killAll string
+	// null is the shared stdin of runs (see devNull).
+	nullOnce sync.Once
+	null     *os.File
 	// paths caches PATH lookups of command names (see command).
 	pathMu sync.Mutex
 	paths  map[string]pathEntry
@@ -177,6 +180,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { close(w.summaries); <-w.summaryDone }()
 	stopWatch := w.watch()
 	defer stopWatch()
+	// Run returns with no spawn in flight: none is using it.
+	defer func() {
+		if w.null != nil {
+			w.null.Close()
+		}
+	}()
 	w.log.Info("worker.started", "worker", w.id, "concurrency", w.opt.Concurrency, "queues", w.opt.Queues, "once", w.opt.Once)
 
 	// The lease keeper renews and watches leases on its own goroutine, so
