@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cq-dev/cq/internal/procs"
 )
@@ -78,6 +79,25 @@ func (s *supervisor) close() {
 	_ = s.cmd.Wait()
 }
 
+// supervisorNap is how long the helper rests after each read. A busy
+// worker writes two lines per run, thousands a second; read as they come,
+// each would wake the helper (a context switch on a core the runs need).
+// Napping lets them gather in the pipe (64 KiB, far more than a nap's
+// worth) and delays the kill after a worker's death by at most a nap.
+const supervisorNap = 10 * time.Millisecond
+
+// unhurried reads r, resting supervisorNap after each read that got
+// something.
+type unhurried struct{ r io.Reader }
+
+func (u *unhurried) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	if n > 0 && err == nil {
+		time.Sleep(supervisorNap)
+	}
+	return n, err
+}
+
 // RunSupervisor is the helper's main: it reads "+PGID RUNID" and
 // "-PGID RUNID" lines until its stdin ends, then SIGKILLs every group
 // still recorded, and every process that left its group but still
@@ -85,7 +105,7 @@ func (s *supervisor) close() {
 func RunSupervisor(in io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	runs := map[int]string{}
-	sc := bufio.NewScanner(in)
+	sc := bufio.NewScanner(&unhurried{r: in})
 	for sc.Scan() {
 		line := sc.Text()
 		if len(line) < 2 {
