@@ -48,3 +48,51 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestCastBindingsKeepThePlan: the statements that bind CAST(? AS TEXT)
+// (see sqlAdvanceLane) have the plan they had with a bare ?, and the
+// claim reads the tasks_claim index without sorting.
+func TestCastBindingsKeepThePlan(t *testing.T) {
+	t.Parallel()
+	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	plan := func(q string) string {
+		t.Helper()
+		rows, err := d.SQL.Query("EXPLAIN QUERY PLAN "+q, "x")
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(detail + "\n")
+		}
+		return b.String()
+	}
+	for name, q := range map[string]string{
+		"claim head":         sqlClaimHead,
+		"advance lane":       sqlAdvanceLane,
+		"dead dependency":    sqlDeadDependency,
+		"waiting dependents": sqlWaitingDependents,
+		"ready dependents":   sqlReadyDependents,
+	} {
+		if !strings.Contains(q, "CAST(? AS TEXT)") {
+			t.Errorf("%s does not bind CAST(? AS TEXT)", name)
+		}
+		got, bare := plan(q), plan(strings.ReplaceAll(q, "CAST(? AS TEXT)", "?"))
+		if got != bare {
+			t.Errorf("%s: plan\n%swith a bare ?:\n%s", name, got, bare)
+		}
+	}
+	if p := plan(sqlClaimHead); !strings.Contains(p, "USING INDEX tasks_claim (queue=?)") || strings.Contains(p, "TEMP B-TREE") {
+		t.Errorf("claim head does not read tasks_claim in order:\n%s", p)
+	}
+}

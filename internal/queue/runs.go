@@ -117,47 +117,83 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 }
 
 // claimTx claims up to n tasks inside tx.
+//
+// The claimable queues and their live-run counts are read once: within
+// the transaction only these claims change them, each adding one live
+// run to its queue, so the counts are kept here. Likewise a queue's head
+// is read once and again only after a claim took it, since a claim
+// changes no other queue's heads.
 func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
 	}
-	var out []*Claimed
-	for len(out) < n {
-		c, err := claimOne(ctx, tx, now, p)
-		if err != nil {
-			return nil, err
-		}
-		if c == nil {
-			break
-		}
-		out = append(out, c)
+	if n <= 0 {
+		return nil, nil
 	}
-	return out, nil
-}
-
-func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams) (*Claimed, error) {
 	qs, err := claimableQueues(ctx, tx, p.Queues)
 	if err != nil {
 		return nil, err
 	}
-	var best *taskRow
-	var bestQ *queueRow
-	for _, q := range qs {
-		t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks INDEXED BY tasks_claim
-			WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, q.Name))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
+	var out []*Claimed
+	for len(out) < n {
+		var best *claimable
+		for _, q := range qs {
+			if q.room == 0 {
+				continue
+			}
+			if !q.read {
+				if q.head, err = claimHead(ctx, tx, q.row.Name); err != nil {
+					return nil, err
+				}
+				q.read = true
+			}
+			t := q.head
+			if t == nil {
+				continue
+			}
+			if best == nil || t.Priority < best.head.Priority || (t.Priority == best.head.Priority && t.Seq < best.head.Seq) {
+				best = q
+			}
 		}
+		if best == nil {
+			break
+		}
+		c, err := claimOne(ctx, tx, now, p, best.head, best.row)
 		if err != nil {
 			return nil, err
 		}
-		if best == nil || t.Priority < best.Priority || (t.Priority == best.Priority && t.Seq < best.Seq) {
-			best, bestQ = t, q
+		out = append(out, c)
+		best.read, best.head = false, nil
+		if best.room > 0 {
+			best.room--
 		}
 	}
-	if best == nil {
+	return out, nil
+}
+
+// sqlClaimHead reads a queue's next runnable task, with only the columns a
+// claim uses (each column the query returns costs it time). The queue is
+// bound as CAST(? AS TEXT), for the reason given at sqlAdvanceLane: with a
+// bare ? the statement was prepared again on every claim, which cost
+// several times what running it does.
+const sqlClaimHead = `SELECT id, priority, COALESCE(seq,0), attempts, spec FROM tasks INDEXED BY tasks_claim
+	WHERE queue = CAST(? AS TEXT) AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`
+
+// claimHead returns queue's next runnable task, or nil when it has none.
+func claimHead(ctx context.Context, tx *db.Tx, queue string) (*taskRow, error) {
+	t := taskRow{State: TaskTodo, Queue: queue}
+	err := tx.QueryRowContext(ctx, sqlClaimHead, queue).Scan(&t.ID, &t.Priority, &t.Seq, &t.Attempts, &t.Spec)
+	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// claimOne claims best, the head of queue bestQ: todo → doing, and its run.
+func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, best *taskRow, bestQ *queueRow) (*Claimed, error) {
 	attempt := best.Attempts + 1
 	if err := casTask(ctx, tx, now, best, TaskDoing, "", "", `attempts = ?, todo_at = NULL`, attempt); err != nil {
 		return nil, err
@@ -171,7 +207,7 @@ func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams) (*Cl
 	} else {
 		c.Timeout = time.Duration(bestQ.TimeoutMS) * time.Millisecond
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
+	_, err := tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
 		lease_expires_at, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`,
 		c.RunID, c.TaskID, attempt, c.Queue, nullable(p.Worker), nullable(p.Host), c.Token, FormatTime(c.LeaseExpires), FormatTime(now))
 	if err != nil {
@@ -184,9 +220,18 @@ func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams) (*Cl
 	return c, nil
 }
 
+// claimable is a queue a claim may take from, with its room (runs it may
+// still start; -1: no limit) and, once read, its head (nil: none).
+type claimable struct {
+	row  *queueRow
+	room int
+	read bool
+	head *taskRow
+}
+
 // claimableQueues are the queues a claim may take from now: not paused,
 // below their concurrency, among the wanted ones.
-func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*queueRow, error) {
+func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*claimable, error) {
 	q := `SELECT ` + queueCols + ` FROM queues WHERE paused = 0`
 	var args []any
 	if len(wanted) > 0 {
@@ -212,8 +257,9 @@ func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*queueR
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	out := all[:0]
+	out := make([]*claimable, 0, len(all))
 	for _, r := range all {
+		room := -1
 		if r.Concurrency > 0 {
 			var live int
 			if err := tx.QueryRowContext(ctx, sqlQueueLive,
@@ -223,8 +269,9 @@ func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*queueR
 			if live >= r.Concurrency {
 				continue
 			}
+			room = r.Concurrency - live
 		}
-		out = append(out, r)
+		out = append(out, &claimable{row: r, room: room})
 	}
 	return out, nil
 }
@@ -685,8 +732,7 @@ func releaseDependents(ctx context.Context, tx *db.Tx, now time.Time, dep string
 		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND state IN ('inbox','blocked')`, dep); err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM task_deps d JOIN tasks t ON t.id = d.task_id
-		WHERE d.dep_id = ? AND t.state = 'blocked' AND t.deps_left = 0`, dep)
+	rows, err := tx.QueryContext(ctx, sqlReadyDependents, dep)
 	if err != nil {
 		return err
 	}
