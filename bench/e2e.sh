@@ -375,6 +375,17 @@ say "measuring per-run folders: $N of them …"
 mkdir -p "$root/files"
 files_us=$("$FLOOR" files "$root/files" "$N") || files_us=nan
 
+# The floor of batch enqueue: a task's row and its two events' rows (the
+# least its create and enqueue transitions store), with no index but the
+# rowid, committed in one transaction; the median of 3 runs of 100k.
+say "measuring the batch-enqueue floor: 3 x 100000 tasks' rows …"
+rows_all=()
+for i in 1 2 3; do
+	r=$("$FLOOR" rows "$root/rows$i.db" 100000) && rows_all+=("$r")
+done
+rows_tps=nan
+((${#rows_all[@]} > 0)) && read -r rows_tps _ < <(stats "${rows_all[@]}")
+
 # --- enqueue → start latency on an idle worker --------------------------------------
 
 say "measuring enqueue→start on an idle cq worker: $LAT_SAMPLES samples …"
@@ -568,6 +579,7 @@ done
 
 say ""
 say "per-run folder on this file system (mkdir + stdout.log + stderr.log + summary.json, $N in a row): $files_us µs each"
+say "batch-enqueue floor (a 300-byte row + two 80-byte rows per task, rowid only, one transaction): $rows_tps tasks/s"
 
 say ""
 say "enqueue→start on an idle cq worker (ms; ${#lat_call[@]} samples${lat_lost:+, $lat_lost lost}):"
@@ -618,6 +630,7 @@ if [[ -n ${RESULTS:-} ]]; then
 			printf 'tp_%s=%s\ntp_%s_min=%s\ntp_%s_max=%s\n' "$t" "$m" "$t" "$lo" "$t" "$hi"
 		done
 		printf 'files_per_run_us=%s\ncores=%s\n' "$files_us" "$(nproc)"
+		printf 'floor_rows_tasks_per_s=%s\n' "$rows_tps"
 		for k in cq cqspool tsp nq floornoop floorinsert; do
 			m=nan p90=nan
 			[[ -n ${calls[$k]:-} ]] && read -r m _ _ p90 _ < <(stats "${calls[$k]}")

@@ -83,6 +83,8 @@ awk '
 			extra = has("batch_cli_tasks_per_s") ? sprintf("; CLI %.0fk/s", f["batch_cli_tasks_per_s"] / 1000) : ""
 			row(g, ">= 250k tasks/s", sprintf("%.1fk/s%s", f[k] / 1000, extra), count(f[k] >= 250000))
 		} else na(g, ">= 250k tasks/s", "no BenchmarkEnqueueBatch")
+		if (has("floor_rows_tasks_per_s"))
+			info("  floor: a task + 2 event rows, no index", "", sprintf("%.1fk/s", f["floor_rows_tasks_per_s"] / 1000))
 
 		g = "claim+complete cycles/s, 1M backlog"
 		k1 = "BenchmarkClaimComplete/backlog=1M|cycles/s"; k0 = "BenchmarkClaimComplete/backlog=1k|cycles/s"

@@ -9,6 +9,11 @@
 //	floor files DIR N   N run folders made as cq's worker makes them
 //	                    (mkdir, stdout.log, stderr.log, summary.json);
 //	                    prints the microseconds per run
+//	floor rows DB N     N tasks' worth of rows committed in one
+//	                    transaction with no index but the rowid: per
+//	                    task one 300-byte row and two 80-byte rows (a
+//	                    task and its two events), 256 tasks per INSERT;
+//	                    prints tasks per second
 package main
 
 import (
@@ -43,6 +48,61 @@ func main() {
 			}
 			_, err = db.Exec(`INSERT INTO t (v) VALUES ('true')`)
 			return err
+		},
+	}, &cobra.Command{
+		Use:  "rows DB N",
+		Args: cobra.ExactArgs(2),
+		RunE: func(_ *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 {
+				return errors.New("the task count must be a positive number")
+			}
+			db, err := sql.Open("sqlite3", "file:"+args[0]+"?_busy_timeout=30000&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate")
+			if err != nil {
+				return err
+			}
+			db.SetMaxOpenConns(1)
+			for _, q := range []string{`CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v BLOB)`,
+				`CREATE TABLE IF NOT EXISTS e (id INTEGER PRIMARY KEY, v BLOB)`} {
+				if _, err := db.Exec(q); err != nil {
+					return err
+				}
+			}
+			const per = 256
+			task, event := make([]byte, 300), make([]byte, 80)
+			insert := func(table string, rows int) string {
+				q := "INSERT INTO " + table + " (v) VALUES (?)"
+				for range rows - 1 {
+					q += ",(?)"
+				}
+				return q
+			}
+			start := time.Now()
+			tx, err := db.Begin()
+			if err != nil {
+				return err
+			}
+			for done := 0; done < n; done += per {
+				k := min(per, n-done)
+				targs, eargs := make([]any, k), make([]any, 2*k)
+				for i := range targs {
+					targs[i] = task
+				}
+				for i := range eargs {
+					eargs[i] = event
+				}
+				if _, err := tx.Exec(insert("t", k), targs...); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(insert("e", 2*k), eargs...); err != nil {
+					return err
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			fmt.Printf("%.0f\n", float64(n)/time.Since(start).Seconds())
+			return nil
 		},
 	}, &cobra.Command{
 		Use:  "files DIR N",
