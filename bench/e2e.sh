@@ -579,7 +579,7 @@ done
 
 say ""
 say "per-run folder on this file system (mkdir + stdout.log + stderr.log + summary.json, $N in a row): $files_us µs each"
-say "batch-enqueue floor (a 300-byte row + two 80-byte rows per task, rowid only, one transaction): $rows_tps tasks/s"
+say "batch-enqueue floor (a 240-byte row + two 85-byte rows per task, the sizes of a true task and its events, rowid only, one transaction): $rows_tps tasks/s"
 
 say ""
 say "enqueue→start on an idle cq worker (ms; ${#lat_call[@]} samples${lat_lost:+, $lat_lost lost}):"

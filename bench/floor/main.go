@@ -11,7 +11,7 @@
 //	                    prints the microseconds per run
 //	floor rows DB N     N tasks' worth of rows committed in one
 //	                    transaction with no index but the rowid: per
-//	                    task one 300-byte row and two 80-byte rows (a
+//	                    task one 240-byte row and two 85-byte rows (a
 //	                    task and its two events), 256 tasks per INSERT;
 //	                    prints tasks per second
 package main
@@ -69,7 +69,7 @@ func main() {
 				}
 			}
 			const per = 256
-			task, event := make([]byte, 300), make([]byte, 80)
+			task, event := make([]byte, 240), make([]byte, 85)
 			insert := func(table string, rows int) string {
 				q := "INSERT INTO " + table + " (v) VALUES (?)"
 				for range rows - 1 {
