@@ -98,6 +98,14 @@ nap() { read -r -t "$1" -u "$NAPFD" _ || :; }
 
 # T is set to the wall clock in microseconds, without forking.
 stamp() { T=${EPOCHREALTIME/./}; }
+# cpu: C = CPU time (user + sys, µs) of this shell's waited-for children so
+# far, their own waited-for children included (a tool's runs, cq's
+# supervisor). times must run in this shell, not a subshell: a subshell
+# starts its children's count at zero.
+cpu() {
+	times >"$root/times.txt"
+	C=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.0f", t * 1e6 }' "$root/times.txt")
+}
 
 # --- peers -------------------------------------------------------------------
 
@@ -197,28 +205,34 @@ set_tasks() {
 }
 
 run_xargs() {
+	cpu; C0=$C
 	stamp; T0=$T
 	printf '%s\n' "${SEQ[@]}" | xargs -P"$CONC" -n1 true
 	local rc=$?
 	stamp; T1=$T
+	cpu; C1=$C
 	return "$rc"
 }
 
 run_spawnref() {
+	cpu; C0=$C
 	stamp; T0=$T
 	"$SPAWNREF" -n "$N" -c "$CONC"
 	local rc=$?
 	stamp; T1=$T
+	cpu; C1=$C
 	return "$rc"
 }
 
 run_cq() {
 	local d=$1 ndone
 	CQ_HOME=$d/home "$CQ" enqueue --batch -f "$BATCH" >/dev/null || return 1
+	cpu; C0=$C
 	stamp; T0=$T
 	CQ_HOME=$d/home "$CQ" worker --once --concurrency "$CONC" 2>"$d/worker.log"
 	local rc=$?
 	stamp; T1=$T
+	cpu; C1=$C
 	ndone=$(CQ_HOME=$d/home "$CQ" ls --state "done" --limit 0 -q | wc -l)
 	if [[ $rc != 0 || $ndone != "$N" ]]; then
 		warn "cq run in $d: worker exit $rc, $ndone of $N tasks done"
@@ -293,7 +307,7 @@ declare -A label=(
 	[parallel]="GNU parallel -j$CONC"
 	[nq]="nq ($CONC NQDIRs)"
 )
-declare -A rates=() fails=()
+declare -A rates=() fails=() cpus=() cpu_med=()
 
 # One untimed round of a few tasks each first, so that no tool pays for cold
 # caches (its binary, perl modules, the first store) in round 1.
@@ -313,9 +327,11 @@ for ((r = 0; r < RUNS; r++)); do
 		t=${tools[$(((r + k) % ${#tools[@]}))]} # rotate the order every round
 		d=$root/tp/$t.$r
 		mkdir -p "$d"
+		C0= C1=
 		if "run_$t" "$d" >"$d.out" 2>&1; then
 			rate=$(awk -v n="$N" -v us=$((T1 - T0)) 'BEGIN { printf "%.1f", n * 1e6 / us }')
 			rates[$t]+=" $rate"
+			[[ -n $C0 && -n $C1 ]] && cpus[$t]+=" $(((C1 - C0) / N))"
 			line+=" $t=$rate"
 		else
 			fails[$t]=$((${fails[$t]:-0} + 1))
@@ -559,6 +575,14 @@ done
 for t in xargs spawnref cq tsp parallel nq; do
 	[[ " ${tools[*]} " == *" $t "* ]] || printf '%-22s %12s   (not installed)\n' "${label[$t]}" "-"
 done
+cpu_line="CPU per task (µs, user + sys of the tool and every process it waited for; median):"
+for t in xargs spawnref cq; do
+	[[ -n ${cpus[$t]:-} ]] || continue
+	read -r m _ < <(stats "${cpus[$t]}")
+	cpu_med[$t]=$m
+	cpu_line+=" $t $m"
+done
+say "$cpu_line"
 
 say ""
 say "one enqueue call (ms, wall time of the command from bash; $CALLS each):"
@@ -630,6 +654,9 @@ if [[ -n ${RESULTS:-} ]]; then
 			printf 'tp_%s=%s\ntp_%s_min=%s\ntp_%s_max=%s\n' "$t" "$m" "$t" "$lo" "$t" "$hi"
 		done
 		printf 'files_per_run_us=%s\ncores=%s\n' "$files_us" "$(nproc)"
+		for t in xargs spawnref cq; do
+			printf 'cpu_%s_us=%s\n' "$t" "${cpu_med[$t]:-nan}"
+		done
 		printf 'floor_rows_tasks_per_s=%s\n' "$rows_tps"
 		for k in cq cqspool tsp nq floornoop floorinsert; do
 			m=nan p90=nan

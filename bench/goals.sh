@@ -68,6 +68,15 @@ awk '
 				sprintf("%.0f/s = %.2f x spawn ref (folder %.0f us)", ceil, ceil / f["tp_spawnref"], f["files_per_run_us"]))
 		}
 
+		# cq cannot run tasks faster than its CPU time per task allows
+		# with every core busy: a bound from the same rounds.
+		if (has("cpu_cq_us") && has("cpu_spawnref_us") && has("tp_spawnref")) {
+			c = has("cores") ? f["cores"] : 2
+			ceil = c * 1e6 / f["cpu_cq_us"]
+			info("  CPU per task, cq / spawn ref", "",
+				sprintf("%.0f / %.0f us: at most %.0f/s = %.2f x", f["cpu_cq_us"], f["cpu_spawnref_us"], ceil, ceil / f["tp_spawnref"]))
+		}
+
 		g = "one cq enqueue call, median"
 		if (has("call_cq_us") && has("call_tsp_us")) {
 			r = f["call_cq_us"] / f["call_tsp_us"]
