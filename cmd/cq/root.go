@@ -81,6 +81,9 @@ func execute(app *App, args []string) int {
 	root := newRoot(app)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if app.store != nil && !app.longLived {
+		app.store.DB.TrimWAL(context.WithoutCancel(ctx))
+	}
 	if err == nil {
 		return exitOK
 	}

@@ -50,6 +50,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 					return usageErr("invalid queue name %q", q)
 				}
 			}
+			app.longLived = true
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err

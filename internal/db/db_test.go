@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cq-dev/cq/internal/db"
 	_ "github.com/mattn/go-sqlite3"
@@ -307,5 +308,104 @@ func TestPathFromURL(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("PathFromURL(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
+	}
+}
+
+// TestTrimWAL: past the threshold, TrimWAL checkpoints and truncates the
+// WAL and loses nothing; with another connection inside a read
+// transaction it gives up at once (busy) instead of waiting, and leaves
+// the WAL as it was; under the threshold it does nothing.
+func TestTrimWAL(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d := open(t, path)
+	// No checkpoint may run meanwhile: the WAL must keep what is written.
+	if err := d.Write(ctx, func(tx *db.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE filler (v BLOB)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	walSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	fill := func(rows int) {
+		t.Helper()
+		for range rows {
+			if err := d.Write(ctx, func(tx *db.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO filler VALUES (randomblob(3000))`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := d.SQL.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	fill(10)
+	before := walSize()
+	d.TrimWAL(ctx)
+	if got := walSize(); got != before || got == 0 {
+		t.Fatalf("under the threshold: WAL %d bytes after TrimWAL, want it untouched at %d", got, before)
+	}
+
+	fill(400) // well past 1 MiB of WAL
+	if walSize() < 1<<20 {
+		t.Fatalf("WAL only %d bytes after 400 inserts of 3000 bytes", walSize())
+	}
+	// Another process's connection in a read transaction: busy at once.
+	other, err := sql.Open("sqlite3", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	rtx, err := other.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := rtx.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	held := walSize()
+	done := make(chan struct{})
+	go func() { d.TrimWAL(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("TrimWAL waited for the reader instead of giving up")
+	}
+	if got := walSize(); got != held {
+		t.Errorf("with a reader: WAL %d bytes after TrimWAL, want %d (left for later)", got, held)
+	}
+	_ = rtx.Rollback()
+
+	d.TrimWAL(ctx)
+	if got := walSize(); got != 0 {
+		t.Errorf("WAL %d bytes after TrimWAL with no one in the way, want 0", got)
+	}
+	if got := count(); got != 410 {
+		t.Errorf("%d rows after the trim, want 410", got)
+	}
+	// A fresh pool (a new process) sees every row.
+	d2, err := db.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if err := d2.SQL.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil || n != 410 {
+		t.Errorf("reopened: %d rows (%v), want 410", n, err)
 	}
 }
