@@ -31,7 +31,7 @@ $(GOLANGCI):
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
-bench: build $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (~8 min)
+bench: build $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (~10 min)
 	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq
 
 bench-go: $(BENCHSTAT) ## only bench's Go benchmarks (internal/queue), benchstat, their goals (~2 min)
