@@ -61,7 +61,11 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	plan := func(q string) string {
 		t.Helper()
-		rows, err := d.SQL.Query("EXPLAIN QUERY PLAN "+q, "x")
+		args := make([]any, strings.Count(q, "?"))
+		for i := range args {
+			args[i] = "x"
+		}
+		rows, err := d.SQL.Query("EXPLAIN QUERY PLAN "+q, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -79,6 +83,7 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 	}
 	for name, q := range map[string]string{
 		"claim head":         sqlClaimHead,
+		"lane held":          sqlLaneHeld,
 		"advance lane":       sqlAdvanceLane,
 		"dead dependency":    sqlDeadDependency,
 		"waiting dependents": sqlWaitingDependents,

@@ -150,7 +150,7 @@ func laneIsFree(ctx context.Context, tx *db.Tx, key, exceptID string) (bool, err
 		return true, nil
 	}
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM tasks WHERE key = ? AND state IN ('todo','blocked','doing') AND id != ? LIMIT 1`, key, exceptID).Scan(&one)
+	err := tx.QueryRowContext(ctx, sqlLaneHeld, key, exceptID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return true, nil
 	}
@@ -173,6 +173,7 @@ func advanceLane(ctx context.Context, tx *db.Tx, key string) error {
 // expires such a statement: it was prepared again every time it ran,
 // 8 to 11 µs, many times what running it costs.
 const (
+	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND state IN ('todo','blocked','doing') AND id != ? LIMIT 1`
 	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1
 		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND state IN ('todo','blocked','doing') ORDER BY seq LIMIT 1)
 		AND lane_head = 0`
