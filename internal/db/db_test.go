@@ -1,14 +1,12 @@
 package db_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -409,94 +407,5 @@ func TestTrimWAL(t *testing.T) {
 	defer d2.Close()
 	if err := d2.SQL.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil || n != 410 {
 		t.Errorf("reopened: %d rows (%v), want 410", n, err)
-	}
-}
-
-// TestHelperHoldStore is not a test: run by TestTrimWALLeavesAHeldStore
-// as another process, it opens the store named by CQ_TEST_HOLD_DB, reads
-// it, says "ready" and keeps it open until its stdin closes.
-func TestHelperHoldStore(t *testing.T) {
-	path := os.Getenv("CQ_TEST_HOLD_DB")
-	if path == "" {
-		t.Skip("helper process for TestTrimWALLeavesAHeldStore")
-	}
-	d, err := db.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := d.SQL.QueryRow(`SELECT count(*) FROM filler`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ready")
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-}
-
-// TestTrimWALLeavesAHeldStore: while another process has the store open
-// (a worker, say), TrimWAL leaves the WAL alone even past the threshold:
-// that process's checkpoints keep it in bounds, and the next command
-// does not rebuild the WAL index. Once it is gone, TrimWAL trims.
-func TestTrimWALLeavesAHeldStore(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "cq.db")
-	d := open(t, path)
-	if err := d.Write(ctx, func(tx *db.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE filler (v BLOB)`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for range 400 {
-		if err := d.Write(ctx, func(tx *db.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO filler VALUES (randomblob(3000))`)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	walSize := func() int64 {
-		t.Helper()
-		fi, err := os.Stat(path + "-wal")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi.Size()
-	}
-	before := walSize()
-	if before < 1<<20 {
-		t.Fatalf("WAL only %d bytes after 400 inserts of 3000 bytes", before)
-	}
-
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestHelperHoldStore$")
-	cmd.Env = append(os.Environ(), "CQ_TEST_HOLD_DB="+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("holder process said %q (%v)", line, err)
-	}
-	d.TrimWAL(ctx)
-	if got := walSize(); got != before {
-		t.Errorf("another process holds the store: WAL %d bytes after TrimWAL, want it left at %d", got, before)
-	}
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
-
-	d.TrimWAL(ctx)
-	if got := walSize(); got != 0 {
-		t.Errorf("the holder is gone: WAL %d bytes after TrimWAL, want 0", got)
 	}
 }
