@@ -18,6 +18,8 @@ import (
 	"time"
 
 	cq "github.com/cq-dev/cq"
+	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/gofrs/flock"
 	"github.com/mattn/go-sqlite3"
 )
 
@@ -337,8 +339,9 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 const trimWALBytes = 1 << 20
 
 // TrimWAL checkpoints the WAL into the database file and truncates it,
-// when it has grown past trimWALBytes and no other connection is in the
-// way (it never waits for one: busy means it is left for later). For a
+// when it has grown past trimWALBytes, no long-lived process holds the
+// store (see Hold) and no other connection is in the way (it never waits
+// for one: busy means it is left for later). For a
 // short-lived command on its way out: the first process to open a store
 // that no other process holds reads the whole WAL to rebuild its index,
 // about 2 µs a frame, so without this each short command paid for every
@@ -346,7 +349,7 @@ const trimWALBytes = 1 << 20
 // here). The WAL's file stays, so the next process does not create it.
 func (d *DB) TrimWAL(ctx context.Context) {
 	fi, err := os.Stat(d.Path + "-wal")
-	if err != nil || fi.Size() < trimWALBytes {
+	if err != nil || fi.Size() < trimWALBytes || held(d.Path) {
 		return
 	}
 	c, err := d.SQL.Conn(ctx)
@@ -359,6 +362,47 @@ func (d *DB) TrimWAL(ctx context.Context) {
 	}
 	_, _ = c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
 	_, _ = c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout/time.Millisecond))
+}
+
+// holdersPath is the file on which a long-lived process that keeps the
+// store open holds a shared flock (see Hold).
+func holdersPath(dbPath string) string { return dbPath + "-holders" }
+
+// Hold marks this process, until release, as one that keeps the store
+// open for long (a worker): a shared flock on the store's -holders file
+// (created 0600). While one is held, the next command to open the store
+// has no WAL to read through (the holder keeps the WAL index valid) and
+// the holder's own checkpoints keep the WAL in bounds, so TrimWAL leaves
+// the WAL to it.
+func (d *DB) Hold() (release func(), err error) {
+	p := holdersPath(d.Path)
+	if err := fsutil.TouchPrivate(p); err != nil {
+		return nil, err
+	}
+	l := flock.New(p)
+	if err := l.RLock(); err != nil {
+		return nil, err
+	}
+	return func() { _ = l.Unlock() }, nil
+}
+
+// held reports whether some process holds the store (see Hold): its
+// -holders file exists and an exclusive flock on it cannot be had at
+// once. Unknown counts as no.
+func held(dbPath string) bool {
+	p := holdersPath(dbPath)
+	if _, err := os.Stat(p); err != nil {
+		return false
+	}
+	l := flock.New(p)
+	ok, err := l.TryLock()
+	if err != nil {
+		return false
+	}
+	if ok {
+		_ = l.Unlock()
+	}
+	return !ok
 }
 
 // Close closes the pool. Short-lived commands may skip it: leaving the

@@ -409,3 +409,57 @@ func TestTrimWAL(t *testing.T) {
 		t.Errorf("reopened: %d rows (%v), want 410", n, err)
 	}
 }
+
+// TestTrimWALLeavesAHeldStore: while a long-lived process holds the store
+// (Hold, as a worker does), TrimWAL leaves the WAL alone even past the
+// threshold; once it is released, TrimWAL trims. The holders file is
+// private.
+func TestTrimWALLeavesAHeldStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d := open(t, path)
+	if err := d.Write(ctx, func(tx *db.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE filler (v BLOB)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		if err := d.Write(ctx, func(tx *db.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO filler VALUES (randomblob(3000))`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := walSize()
+	if before < 1<<20 {
+		t.Fatalf("WAL only %d bytes after 400 inserts of 3000 bytes", before)
+	}
+	release, err := d.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path + "-holders"); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("holders file mode %v, want 0600", fi.Mode().Perm())
+	}
+	d.TrimWAL(ctx)
+	if got := walSize(); got != before {
+		t.Errorf("store held: WAL %d bytes after TrimWAL, want it left at %d", got, before)
+	}
+	release()
+	d.TrimWAL(ctx)
+	if got := walSize(); got != 0 {
+		t.Errorf("store released: WAL %d bytes after TrimWAL, want 0", got)
+	}
+}

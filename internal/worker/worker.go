@@ -169,6 +169,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sup = sup
 		defer w.sup.close()
 	}
+	// Marks the store as held by a long-lived process: short commands
+	// leave the WAL to this worker's checkpoints (see db.TrimWAL).
+	if release, err := w.st.DB.Hold(); err == nil {
+		defer release()
+	} else {
+		w.log.Warn("store.hold_failed", "error", err.Error())
+	}
 	w.summaries, w.summaryDone = make(chan queue.Run, 1024), make(chan struct{})
 	go func() {
 		defer close(w.summaryDone)
