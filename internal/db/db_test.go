@@ -311,40 +311,58 @@ func TestPathFromURL(t *testing.T) {
 	}
 }
 
+// walStore is a store with a table filler, no checkpoint run yet, and
+// ways to grow its WAL and read its size.
+type walStore struct {
+	t    *testing.T
+	d    *db.DB
+	path string
+}
+
+func newWALStore(t *testing.T) *walStore {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	w := &walStore{t: t, d: open(t, path), path: path}
+	w.write(`CREATE TABLE filler (v BLOB)`)
+	return w
+}
+
+func (w *walStore) write(q string) {
+	w.t.Helper()
+	ctx := context.Background()
+	if err := w.d.Write(ctx, func(tx *db.Tx) error {
+		_, err := tx.ExecContext(ctx, q)
+		return err
+	}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// fill inserts rows of 3000 bytes, one transaction each.
+func (w *walStore) fill(rows int) {
+	w.t.Helper()
+	for range rows {
+		w.write(`INSERT INTO filler VALUES (randomblob(3000))`)
+	}
+}
+
+func (w *walStore) walSize() int64 {
+	w.t.Helper()
+	fi, err := os.Stat(w.path + "-wal")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return fi.Size()
+}
+
 // TestTrimWAL: past the threshold, TrimWAL checkpoints and truncates the
 // WAL and loses nothing; with another connection inside a read
 // transaction it gives up at once (busy) instead of waiting, and leaves
 // the WAL as it was; under the threshold it does nothing.
 func TestTrimWAL(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "cq.db")
-	d := open(t, path)
-	// No checkpoint may run meanwhile: the WAL must keep what is written.
-	if err := d.Write(ctx, func(tx *db.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE filler (v BLOB)`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	walSize := func() int64 {
-		t.Helper()
-		fi, err := os.Stat(path + "-wal")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi.Size()
-	}
-	fill := func(rows int) {
-		t.Helper()
-		for range rows {
-			if err := d.Write(ctx, func(tx *db.Tx) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO filler VALUES (randomblob(3000))`)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	w := newWALStore(t)
+	d, path, walSize, fill := w.d, w.path, w.walSize, w.fill
 	count := func() int {
 		t.Helper()
 		var n int
@@ -416,30 +434,9 @@ func TestTrimWAL(t *testing.T) {
 // private.
 func TestTrimWALLeavesAHeldStore(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "cq.db")
-	d := open(t, path)
-	if err := d.Write(ctx, func(tx *db.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE filler (v BLOB)`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for range 400 {
-		if err := d.Write(ctx, func(tx *db.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO filler VALUES (randomblob(3000))`)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	walSize := func() int64 {
-		t.Helper()
-		fi, err := os.Stat(path + "-wal")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi.Size()
-	}
+	w := newWALStore(t)
+	d, path, walSize := w.d, w.path, w.walSize
+	w.fill(400)
 	before := walSize()
 	if before < 1<<20 {
 		t.Fatalf("WAL only %d bytes after 400 inserts of 3000 bytes", before)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,22 +30,8 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		"expired leases":  {sqlExpiredLeases, []any{"x"}},
 		"queue live":      {sqlQueueLive, []any{"q"}},
 	} {
-		rows, err := d.SQL.Query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(detail + "\n")
-		}
-		rows.Close()
-		if !strings.Contains(plan.String(), "USING INDEX runs_live") {
-			t.Errorf("%s does not read runs_live:\n%s", name, plan.String())
+		if plan := queryPlan(t, d.SQL, q.sql, q.args...); !strings.Contains(plan, "USING INDEX runs_live") {
+			t.Errorf("%s does not read runs_live:\n%s", name, plan)
 		}
 	}
 }
@@ -65,21 +52,7 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 		for i := range args {
 			args[i] = "x"
 		}
-		rows, err := d.SQL.Query("EXPLAIN QUERY PLAN "+q, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		defer rows.Close()
-		var b strings.Builder
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			b.WriteString(detail + "\n")
-		}
-		return b.String()
+		return queryPlan(t, d.SQL, q, args...)
 	}
 	for name, q := range map[string]string{
 		"claim head":         sqlClaimHead,
@@ -100,4 +73,24 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 	if p := plan(sqlClaimHead); !strings.Contains(p, "USING INDEX tasks_claim (queue=?)") || strings.Contains(p, "TEMP B-TREE") {
 		t.Errorf("claim head does not read tasks_claim in order:\n%s", p)
 	}
+}
+
+// queryPlan is EXPLAIN QUERY PLAN of q with args, one detail per line.
+func queryPlan(t *testing.T, d *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := d.Query("EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(detail + "\n")
+	}
+	return b.String()
 }
