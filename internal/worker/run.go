@@ -389,22 +389,25 @@ func (w *Worker) launch(claims []*queue.Claimed) {
 // another run ended, or by flushStarts within startDelay. A spawn that
 // failed is recorded as the run's end at once.
 func (w *Worker) adopt(ctx context.Context, sp *spawned) {
-	var failed []ending
+	var batch []spawned
+	if sp != nil {
+		batch = append(batch, *sp)
+	}
+drain:
 	for {
-		if sp == nil {
-			select {
-			case s := <-w.spawnedC:
-				sp = &s
-			default:
-			}
-			if sp == nil {
-				break
-			}
+		select {
+		case s := <-w.spawnedC:
+			batch = append(batch, s)
+		default:
+			break drain
 		}
+	}
+	var failed []ending
+	for _, s := range batch {
 		w.inflight--
-		r := sp.r
-		if sp.o != nil {
-			failed = append(failed, ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token, Outcome: *sp.o}})
+		r := s.r
+		if s.o != nil {
+			failed = append(failed, ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token, Outcome: *s.o}})
 		} else {
 			w.mu.Lock()
 			w.runs[r.c.RunID] = r
@@ -415,7 +418,6 @@ func (w *Worker) adopt(ctx context.Context, sp *spawned) {
 				r.kill(w.killAll, 2*time.Second)
 			}
 		}
-		sp = nil
 	}
 	if len(w.pending) > 0 && !w.startArmed {
 		w.startArmed = true
