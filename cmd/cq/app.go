@@ -34,9 +34,6 @@ type App struct {
 	store *queue.Store
 	// drained is how many spool lines opening the store drained.
 	drained int
-	// longLived is set by cq worker: its store is not trimmed at exit
-	// (see db.TrimWAL), its own commits keep the WAL short.
-	longLived bool
 }
 
 // Home resolves the home folder (SPEC section 1) and creates it private.

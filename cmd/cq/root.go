@@ -81,7 +81,9 @@ func execute(app *App, args []string) int {
 	root := newRoot(app)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if app.store != nil && !app.longLived {
+	// On its way out: see db.TrimWAL (a running worker's store is left
+	// alone; a worker that stops trims like any command).
+	if app.store != nil {
 		app.store.DB.TrimWAL(context.WithoutCancel(ctx))
 	}
 	if err == nil {

@@ -50,7 +50,6 @@ func newWorkerCmd(app *App) *cobra.Command {
 					return usageErr("invalid queue name %q", q)
 				}
 			}
-			app.longLived = true
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
