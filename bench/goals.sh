@@ -94,6 +94,9 @@ awk '
 		} else na(g, ">= 250k tasks/s", "no BenchmarkEnqueueBatch")
 		if (has("floor_rows_tasks_per_s"))
 			info("  floor: a task + 2 event rows, no index", "", sprintf("%.1fk/s", f["floor_rows_tasks_per_s"] / 1000))
+		k = "BenchmarkFloorEnqueueBatch|tasks/s"
+		if (has(k))
+			info("  floor: same rows + id key + claim index", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 
 		g = "claim+complete cycles/s, 1M backlog"
 		k1 = "BenchmarkClaimComplete/backlog=1M|cycles/s"; k0 = "BenchmarkClaimComplete/backlog=1k|cycles/s"
@@ -103,6 +106,9 @@ awk '
 			r = f[k1] / f[k0]
 			row("  same, against 1k backlog", ">= 0.8 x 1k backlog", sprintf("%.2f x %.0f/s", r, f[k0]), count(r >= 0.8))
 		} else na("  same, against 1k backlog", ">= 0.8 x 1k backlog", "no backlog=1k benchmark")
+		k = "BenchmarkFloorClaimComplete|cycles/s"
+		if (has(k))
+			info("  floor: 3 commits, a CAS + event each", "(1k backlog)", sprintf("%.0f/s", f[k]))
 		k1 = "BenchmarkWorkerCycle/slots=1|cycles/s"; k4 = "BenchmarkWorkerCycle/slots=4|cycles/s"
 		if (has(k1) && has(k4))
 			info("  worker batching, 1 / 4 in flight", "", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))

@@ -1,0 +1,189 @@
+package queue_test
+
+// Floors: what SQLite on this machine allows at the least for the work a
+// goal measures, with none of cq's code, columns or indexes beyond those
+// the contract and the other goals require. bench/goals.sh prints them
+// beside the goals they bound: a goal above its floor is out of reach.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "github.com/mattn/go-sqlite3"
+)
+
+// floorSchema is the least a task, its run and its events can be: a task
+// found by id and claimed from one partial index (the lane-blocked goal
+// needs it), a run found by id, events ordered by seq.
+const floorSchema = `
+CREATE TABLE tasks (id TEXT PRIMARY KEY, state TEXT NOT NULL, queue TEXT NOT NULL,
+	priority INTEGER NOT NULL, seq INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, spec TEXT NOT NULL);
+CREATE INDEX tasks_claim ON tasks (queue, priority, seq) WHERE state = 'todo';
+CREATE TABLE runs (id TEXT PRIMARY KEY, task_id TEXT NOT NULL, state TEXT NOT NULL,
+	token TEXT NOT NULL, pid INTEGER, exit_code INTEGER);
+CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, task_id TEXT, run_id TEXT,
+	from_state TEXT, to_state TEXT);`
+
+// floorDB opens a new WAL database with cq's settings (synchronous
+// NORMAL, BEGIN IMMEDIATE) on one connection, with floorSchema.
+func floorDB(b *testing.B) *sql.Conn {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "floor.db")
+	d, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate&_busy_timeout=30000")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	c, err := d.Conn(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if _, err := c.ExecContext(context.Background(), floorSchema); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// floorSpec is a spec of the size cq stores for a true task.
+var floorSpec = `{"cmd":["true"],"queue":"default","priority":"P2","retries":0,"timeout":"0s","env":{},"cwd":"/home/user/work"}`
+
+// floorPer is how many tasks one INSERT stores, as cq's batch does.
+const floorPer = 500
+
+// floorFiller stores tasks with their events through two prepared
+// multi-row INSERTs of floorPer tasks, binding only what varies.
+type floorFiller struct {
+	c             *sql.Conn
+	tasks, events *sql.Stmt
+	targs, eargs  []any
+}
+
+func newFloorFiller(b *testing.B, c *sql.Conn) *floorFiller {
+	b.Helper()
+	var tq, eq strings.Builder
+	tq.WriteString("INSERT INTO tasks (id, state, queue, priority, seq, spec) VALUES ")
+	eq.WriteString("INSERT INTO events (kind, task_id, from_state, to_state) VALUES ")
+	for i := range floorPer {
+		if i > 0 {
+			tq.WriteByte(',')
+			eq.WriteByte(',')
+		}
+		tq.WriteString("(?,'todo','default',2,?,?)")
+		fmt.Fprintf(&eq, "('task.created',?%d,NULL,'inbox'),('task.todo',?%d,'inbox','todo')", i+1, i+1)
+	}
+	f := &floorFiller{c: c, targs: make([]any, 3*floorPer), eargs: make([]any, floorPer)}
+	var err error
+	ctx := context.Background()
+	if f.tasks, err = c.PrepareContext(ctx, tq.String()); err != nil {
+		b.Fatal(err)
+	}
+	if f.events, err = c.PrepareContext(ctx, eq.String()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.tasks.Close(); f.events.Close() })
+	return f
+}
+
+// fill commits n tasks (a multiple of floorPer) numbered from "from", in
+// one transaction.
+func (f *floorFiller) fill(b *testing.B, from, n int) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := f.c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		b.Fatal(err)
+	}
+	for done := 0; done < n; done += floorPer {
+		for i := range floorPer {
+			id := fmt.Sprintf("t%012d", from+done+i)
+			f.targs[3*i], f.targs[3*i+1], f.targs[3*i+2] = id, from+done+i, floorSpec
+			f.eargs[i] = id
+		}
+		if _, err := f.tasks.ExecContext(ctx, f.targs...); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.events.ExecContext(ctx, f.eargs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := f.c.ExecContext(ctx, "COMMIT"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkFloorClaimComplete is the floor of BenchmarkClaimComplete: per
+// op the three commits the contract requires of one task run on its own
+// (the claim before the spawn, the start once the process exists, the
+// end once it exited), each the fewest statements that do it: a CAS
+// UPDATE per row that changes, a run row, and one event per transition.
+// The backlog is 1k tasks, which costs less than 1M.
+func BenchmarkFloorClaimComplete(b *testing.B) {
+	c := floorDB(b)
+	ctx := context.Background()
+	f := newFloorFiller(b, c)
+	for n := 0; n < 1000+b.N; n += floorPer {
+		f.fill(b, n, floorPer)
+	}
+	tx := func(stmts ...func() error) {
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range stmts {
+			if err := s(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cas := func(q string, args ...any) func() error {
+		return func() error {
+			res, err := c.ExecContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return fmt.Errorf("%s: %d rows", q, n)
+			}
+			return nil
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		var task string
+		run := fmt.Sprintf("r%012d", i)
+		tx(func() error {
+			return c.QueryRowContext(ctx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = 'default' ORDER BY priority, seq LIMIT 1`).Scan(&task)
+		}, func() error {
+			return cas(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id = ? AND state = 'todo'`, task)()
+		}, func() error {
+			return cas(`INSERT INTO runs (id, task_id, state, token) VALUES (?, ?, 'queued', 'tok')`, run, task)()
+		}, func() error {
+			return cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.doing', ?, ?, 'todo', 'doing')`, task, run)()
+		})
+		tx(cas(`UPDATE runs SET state = 'running', pid = 1 WHERE id = ? AND state = 'queued' AND token = 'tok'`, run),
+			cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('run.running', ?, ?, 'queued', 'running')`, task, run))
+		tx(cas(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id = ? AND state = 'running' AND token = 'tok'`, run),
+			cas(`UPDATE tasks SET state = 'done' WHERE id = ? AND state = 'doing'`, task),
+			cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.done', ?, ?, 'doing', 'done')`, task, run))
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+// BenchmarkFloorEnqueueBatch is the floor of BenchmarkEnqueueBatch: per
+// op 1000 tasks committed at once, each a task row of cq's size with its
+// two events (created, and the gateway step into todo), with floorSchema's
+// two indexes (the id key and the claim index) and nothing else.
+func BenchmarkFloorEnqueueBatch(b *testing.B) {
+	f := newFloorFiller(b, floorDB(b))
+	b.ResetTimer()
+	for i := range b.N {
+		f.fill(b, i*1000, 1000)
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
+}
