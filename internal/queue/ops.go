@@ -135,7 +135,7 @@ func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, rea
 // cancelling for its worker to confirm; one already cancelling is left.
 func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
 	var runID, state string
-	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND state IN ('queued','running','cancelling')
+	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND `+liveRuns+`
 		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return conflictf("task %s is doing but has no live run; try again", t.ID)
@@ -258,7 +258,7 @@ func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason
 		}
 		if t.Unique {
 			var other string
-			err := tx.QueryRowContext(ctx, `SELECT id FROM tasks WHERE key = ? AND id != ? AND state IN ('inbox','todo','blocked','doing') LIMIT 1`, t.Key, t.ID).Scan(&other)
+			err := tx.QueryRowContext(ctx, sqlKeyHolder, t.Key, t.ID).Scan(&other)
 			if err == nil {
 				return &Error{Code: CodeConflict, Existing: other, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
 			}

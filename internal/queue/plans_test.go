@@ -36,6 +36,33 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 	}
 }
 
+// TestKeyQueriesUseTheirIndexes: the lane and --unique checks read the
+// partial indexes whose conditions they repeat (migration 5 rewrote
+// those conditions), never the tasks table.
+func TestKeyQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for name, q := range map[string]struct {
+		sql, index string
+	}{
+		"lane held":    {sqlLaneHeld, "USING INDEX tasks_lane (key=?)"},
+		"advance lane": {sqlAdvanceLane, "USING INDEX tasks_lane (key=?)"},
+		"key holder":   {sqlKeyHolder, "USING INDEX tasks_key_live (key=?)"},
+	} {
+		args := make([]any, strings.Count(q.sql, "?"))
+		for i := range args {
+			args[i] = "k"
+		}
+		if plan := queryPlan(t, d.SQL, q.sql, args...); !strings.Contains(plan, q.index) {
+			t.Errorf("%s does not read %s:\n%s", name, q.index, plan)
+		}
+	}
+}
+
 // TestCastBindingsKeepThePlan: the statements that bind CAST(? AS TEXT)
 // (see sqlAdvanceLane) have the plan they had with a bare ?, and the
 // claim reads the tasks_claim index without sorting.

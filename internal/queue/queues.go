@@ -50,7 +50,7 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
 	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
 		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
 		(SELECT COUNT(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
-		(SELECT COUNT(*) FROM runs r WHERE r.state IN ('queued','running','cancelling') AND r.queue = q.name)
+		(SELECT COUNT(*) FROM runs r WHERE `+liveRuns+` AND r.queue = q.name)
 		FROM queues q ORDER BY q.name`)
 	if err != nil {
 		return nil, err

@@ -366,7 +366,7 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 	if set != "" {
 		q += `, ` + set
 	}
-	q += ` WHERE id = ? AND state = ? AND lease_token = ?`
+	q += ` WHERE id = ? AND state = CAST(? AS TEXT) AND lease_token = ?`
 	all := append([]any{to, nullable(reason)}, args...)
 	all = append(all, r.ID, r.State, r.Token)
 	if r.reapBefore != "" {
@@ -390,12 +390,11 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: r.TaskID, RunID: r.ID, From: r.State, To: to, Reason: reason})
 }
 
-// Queries on live runs. Each repeats runs_live's own condition: SQLite
-// uses a partial index only for a query whose WHERE contains that term
-// (state = 'cancelling' alone does not let it prove the IN list), and
-// without it these scans read every run ever kept.
+// Queries on live runs. Each repeats runs_live's own condition (schema.sql,
+// migration 5), so that SQLite can prove the partial index holds every
+// row the query wants: without it these scans read every run ever kept.
 const (
-	liveRuns          = `state IN ('queued','running','cancelling')`
+	liveRuns          = `(state = 'queued' OR state = 'running' OR state = 'cancelling')`
 	sqlCancellingRuns = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'cancelling' AND worker = ?`
 	sqlQueuedTooLong  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`
 	sqlExpiredLeases  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND lease_expires_at < ? LIMIT 500`
@@ -416,7 +415,7 @@ func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Du
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		exp := now.Add(ttl)
 		rows, err := tx.QueryContext(ctx, `UPDATE runs SET lease_expires_at = ?
-			WHERE id = ? AND lease_token = ? AND state IN ('queued','running','cancelling') AND lease_expires_at > ?
+			WHERE id = ? AND lease_token = ? AND `+liveRuns+` AND lease_expires_at > ?
 			RETURNING state`, FormatTime(exp), runID, token, FormatTime(now))
 		if err != nil {
 			return err

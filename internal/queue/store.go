@@ -166,6 +166,17 @@ func advanceLane(ctx context.Context, tx *db.Tx, key string) error {
 	return err
 }
 
+// laneStates and keyLiveStates are the conditions of the partial indexes
+// tasks_lane and tasks_key_live, word for word (schema.sql, migration 5):
+// a query that repeats one may read its index.
+const (
+	laneStates    = `(state = 'todo' OR state = 'blocked' OR state = 'doing')`
+	keyLiveStates = `(state = 'inbox' OR state = 'todo' OR state = 'blocked' OR state = 'doing')`
+	// sqlKeyHolder finds a live task of a key other than the given id
+	// (--unique).
+	sqlKeyHolder = `SELECT id FROM tasks WHERE key = ? AND id != ? AND ` + keyLiveStates + ` LIMIT 1`
+)
+
 // Statements whose bound id or key is written CAST(? AS TEXT), the same
 // value for the text bound to it. With a bare ? SQLite's planner marks
 // the parameter as one whose value may change the plan, and the driver
@@ -173,9 +184,9 @@ func advanceLane(ctx context.Context, tx *db.Tx, key string) error {
 // expires such a statement: it was prepared again every time it ran,
 // 8 to 11 µs, many times what running it costs.
 const (
-	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND state IN ('todo','blocked','doing') AND id != ? LIMIT 1`
+	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` AND id != ? LIMIT 1`
 	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1
-		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND state IN ('todo','blocked','doing') ORDER BY seq LIMIT 1)
+		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` ORDER BY seq LIMIT 1)
 		AND lane_head = 0`
 	sqlDeadDependency = `SELECT t.id, t.state FROM task_deps d JOIN tasks t ON t.id = d.dep_id
 		WHERE d.task_id = CAST(? AS TEXT) AND t.state IN ('failed','cancelled') ORDER BY d.pos LIMIT 1`
@@ -193,7 +204,7 @@ func casTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, kind
 	if set != "" {
 		q += `, ` + set
 	}
-	q += ` WHERE id = ? AND state = ?`
+	q += ` WHERE id = ? AND state = CAST(? AS TEXT)`
 	all := append([]any{to, FormatTime(now)}, args...)
 	all = append(all, t.ID, t.State)
 	res, err := tx.ExecContext(ctx, q, all...)
