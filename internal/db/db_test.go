@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -128,6 +129,64 @@ func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
 	d := open(t, path)
 	if v := userVersion(t, d.SQL); v != db.LatestVersion() {
 		t.Fatalf("user_version = %d, want %d", v, db.LatestVersion())
+	}
+}
+
+// TestStateChecksHoldAfterTheirRewrite: migration 5 rewrites the CHECK
+// on tasks.state and runs.state in the stored table definitions (an IN
+// list became ORs of equalities). A store migrated from version 4 has the
+// new text, reads clean under integrity_check, keeps its rows, and still
+// refuses a state outside the list, on the migrating connection (the
+// store's write connection) and on a new one.
+func TestStateChecksHoldAfterTheirRewrite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	raw, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range db.Migrations()[:4] {
+		if _, err := raw.Exec(m.SQL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.Exec(`PRAGMA user_version = 4;
+		INSERT INTO tasks (id, state, queue, priority, spec, created_at, updated_at) VALUES ('t1', 'todo', 'q', 2, '{}', 'now', 'now');
+		INSERT INTO runs (id, task_id, attempt, state, queue, created_at) VALUES ('r1', 't1', 1, 'running', 'q', 'now')`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	d := open(t, path)
+	for _, table := range []string{"tasks", "runs"} {
+		var def string
+		if err := d.SQL.QueryRow(`SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?`, table).Scan(&def); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(def, "state IN (") || !strings.Contains(def, "CHECK (state = ") {
+			t.Errorf("%s's state CHECK was not rewritten:\n%s", table, def)
+		}
+	}
+	var ok string
+	if err := d.SQL.QueryRow(`PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
+		t.Fatalf("integrity_check: %q, %v", ok, err)
+	}
+	bad := []string{`UPDATE tasks SET state = 'bogus' WHERE id = 't1'`, `UPDATE runs SET state = 'bogus' WHERE id = 'r1'`}
+	for _, q := range bad {
+		err := d.Write(context.Background(), func(tx *db.Tx) error {
+			_, err := tx.ExecContext(context.Background(), q)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "CHECK constraint failed") {
+			t.Errorf("%s on the write connection: %v, want a CHECK failure", q, err)
+		}
+		if _, err := d.SQL.Exec(q); err == nil || !strings.Contains(err.Error(), "CHECK constraint failed") {
+			t.Errorf("%s on a new connection: %v, want a CHECK failure", q, err)
+		}
+	}
+	var states string
+	if err := d.SQL.QueryRow(`SELECT (SELECT state FROM tasks WHERE id = 't1') || '/' || (SELECT state FROM runs WHERE id = 'r1')`).Scan(&states); err != nil || states != "todo/running" {
+		t.Fatalf("rows after the migration: %q, %v", states, err)
 	}
 }
 
