@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cq-dev/cq/internal/db"
@@ -118,23 +118,13 @@ func (c *creator) flush(ctx context.Context) error {
 	}
 	defer func() { c.pending = c.pending[:0] }()
 	ts := FormatTime(c.now)
-	var q strings.Builder
-	args := make([]any, 0, 1+11*n)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "?" + strconv.Itoa(len(args))
+	q := bulkQueries(n)
+	args := make([]any, 0, 1+bulkTaskArgs*n)
+	args = append(args, ts)
+	for _, t := range c.pending {
+		args = append(args, t.ID, t.State)
 	}
-	at := arg(ts)
-	q.WriteString(`INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES `)
-	for i, t := range c.pending {
-		if i > 0 {
-			q.WriteByte(',')
-		}
-		id := arg(t.ID)
-		to := arg(t.State)
-		fmt.Fprintf(&q, "(%s,'task.created',%s,NULL,'inbox'),(%s,'task.'||%s,%s,'inbox',%s)", at, id, at, to, id, to)
-	}
-	res, err := c.tx.ExecContext(ctx, q.String(), args...)
+	res, err := c.tx.ExecContext(ctx, q.events, args...)
 	if err != nil {
 		return err
 	}
@@ -142,26 +132,63 @@ func (c *creator) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	q.Reset()
-	args = args[:0]
-	at = arg(ts)
-	q.WriteString(`INSERT INTO tasks (id, state, queue, priority, seq, lane_head, spec, hold,
-		not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at) VALUES `)
+	args = args[:1]
 	for i, t := range c.pending {
-		if i > 0 {
-			q.WriteByte(',')
-		}
-		todoAt := "NULL"
+		var todoAt any
 		if t.State == TaskTodo {
-			todoAt = at
+			todoAt = ts
 		}
 		seq := last - int64(2*(n-1-i))
-		fmt.Fprintf(&q, "(%s,%s,%s,%s,%s,1,%s,%s,%s,%s,%s,%s,%s,%s)",
-			arg(t.ID), arg(t.State), arg(t.Queue), arg(t.Priority), arg(seq), arg(t.Spec), arg(boolInt(t.Hold)),
-			arg(nullable(t.NotBefore)), arg(nullable(t.NotBeforeWhy)), arg(nullable(t.BlockedReason)), todoAt, at, at)
+		args = append(args, t.ID, t.State, t.Queue, t.Priority, seq, t.Spec, boolInt(t.Hold),
+			nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(t.BlockedReason), todoAt)
 	}
-	_, err = c.tx.ExecContext(ctx, q.String(), args...)
+	_, err = c.tx.ExecContext(ctx, q.tasks, args...)
 	return err
+}
+
+// bulkTaskArgs is how many values flush binds per task in the tasks
+// INSERT (the time, ?1, is shared by every row of both statements).
+const bulkTaskArgs = 11
+
+// bulkSQL is the text of flush's two INSERTs for one number of tasks.
+type bulkSQL struct{ events, tasks string }
+
+var (
+	bulkMu    sync.Mutex
+	bulkCache = map[int]bulkSQL{}
+)
+
+// bulkQueries returns flush's statements for n tasks, built once per n
+// (almost always bulkRows, and the remainder of a batch): the same text
+// each time, so the connection's statement cache prepares it once.
+func bulkQueries(n int) bulkSQL {
+	bulkMu.Lock()
+	defer bulkMu.Unlock()
+	if q, ok := bulkCache[n]; ok {
+		return q
+	}
+	var ev, tk strings.Builder
+	ev.WriteString(`INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES `)
+	tk.WriteString(`INSERT INTO tasks (id, state, queue, priority, seq, lane_head, spec, hold,
+		not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			ev.WriteByte(',')
+			tk.WriteByte(',')
+		}
+		// Events: ?1 the time, then the task's id and state.
+		id, to := 2+2*i, 3+2*i
+		fmt.Fprintf(&ev, "(?1,'task.created',?%d,NULL,'inbox'),(?1,'task.'||?%d,?%d,'inbox',?%d)", id, to, id, to)
+		// Tasks: ?1 the time, then bulkTaskArgs values per task.
+		b := 2 + bulkTaskArgs*i
+		fmt.Fprintf(&tk, "(?%d,?%d,?%d,?%d,?%d,1,?%d,?%d,?%d,?%d,?%d,?%d,?1,?1)",
+			b, b+1, b+2, b+3, b+4, b+5, b+6, b+7, b+8, b+9, b+10)
+	}
+	q := bulkSQL{events: ev.String(), tasks: tk.String()}
+	if len(bulkCache) < 64 {
+		bulkCache[n] = q
+	}
+	return q
 }
 
 func boolInt(b bool) int {
@@ -214,7 +241,7 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 
 	if sp.Unique {
 		var other string
-		err := tx.QueryRowContext(ctx, `SELECT id FROM tasks WHERE key = ? AND state IN ('inbox','todo','blocked','doing') LIMIT 1`, sp.Key).Scan(&other)
+		err := tx.QueryRowContext(ctx, sqlKeyHolder, sp.Key, sp.ID).Scan(&other)
 		if err == nil {
 			return Created{}, &Error{Code: CodeConflict, Existing: other,
 				Msg: fmt.Sprintf("key %q is held by task %s (--unique)", sp.Key, other)}
