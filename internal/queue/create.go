@@ -267,10 +267,10 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	if !nb.IsZero() {
 		t.NotBefore, t.NotBeforeWhy = FormatTime(nb), BlockedScheduled
 	}
-	ts := FormatTime(now)
 	if enqueue && !deadDep {
 		return c.createEnqueued(ctx, t, sp.After)
 	}
+	ts := FormatTime(now)
 	_, err := tx.ExecContext(ctx, `INSERT INTO tasks (id, state, queue, key, priority, spec, is_unique, hold, deps_left,
 		not_before, not_before_why, created_at, updated_at) VALUES (?, 'inbox', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Queue, nullable(t.Key), t.Priority, t.Spec, t.Unique, t.Hold, t.DepsLeft,

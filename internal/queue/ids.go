@@ -2,7 +2,6 @@ package queue
 
 import (
 	"crypto/rand"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,5 +25,12 @@ func NewID(t time.Time) string {
 		// back to fresh randomness.
 		id = ulid.MustNew(ulid.Timestamp(t), rand.Reader)
 	}
-	return strings.ToLower(id.String())
+	var b [ulid.EncodedSize]byte
+	_ = id.MarshalTextTo(b[:])
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + ('a' - 'A')
+		}
+	}
+	return string(b[:])
 }
