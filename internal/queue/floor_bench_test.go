@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cq-dev/cq/internal/db"
 	_ "github.com/mattn/go-sqlite3"
 )
 
@@ -50,33 +51,52 @@ func floorDB(b *testing.B) *sql.Conn {
 }
 
 // floorSpec is a spec of the size cq stores for a true task.
-var floorSpec = `{"cmd":["true"],"queue":"default","priority":"P2","retries":0,"timeout":"0s","env":{},"cwd":"/home/user/work"}`
+var floorSpec = `{"cmd":["true"],"queue":"default","priority":"P2","cwd":"/home/user/work"}`
 
 // floorPer is how many tasks one INSERT stores, as cq's batch does.
 const floorPer = 500
 
 // floorFiller stores tasks with their events through two prepared
-// multi-row INSERTs of floorPer tasks, binding only what varies.
+// multi-row INSERTs of floorPer tasks, binding only what varies: ?1 is
+// the time, then per task its id, seq and spec.
 type floorFiller struct {
 	c             *sql.Conn
 	tasks, events *sql.Stmt
-	targs, eargs  []any
+	args          []any
 }
 
-func newFloorFiller(b *testing.B, c *sql.Conn) *floorFiller {
+// The rows floorFiller writes, in floorSchema's tables or in cq's own
+// (with the columns cq's batch enqueue sets).
+const (
+	floorTaskRow   = "(?%d,'todo','default',2,?%d,?%d)"
+	floorEventRows = "('task.created',?%d,NULL,'inbox'),('task.todo',?%d,'inbox','todo')"
+	cqTaskRow      = "(?%d,'todo','default',2,?%d,1,?%d,0,NULL,NULL,NULL,?1,?1,?1)"
+	cqEventRows    = "(?1,'task.created',?%d,NULL,'inbox'),(?1,'task.todo',?%d,'inbox','todo')"
+)
+
+func newFloorFiller(b *testing.B, c *sql.Conn, cqTables bool) *floorFiller {
 	b.Helper()
 	var tq, eq strings.Builder
-	tq.WriteString("INSERT INTO tasks (id, state, queue, priority, seq, spec) VALUES ")
-	eq.WriteString("INSERT INTO events (kind, task_id, from_state, to_state) VALUES ")
+	taskRow, eventRows := floorTaskRow, floorEventRows
+	if cqTables {
+		taskRow, eventRows = cqTaskRow, cqEventRows
+		tq.WriteString(`INSERT INTO tasks (id, state, queue, priority, seq, lane_head, spec, hold,
+			not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at) VALUES `)
+		eq.WriteString("INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES ")
+	} else {
+		tq.WriteString("INSERT INTO tasks (id, state, queue, priority, seq, spec) VALUES ")
+		eq.WriteString("INSERT INTO events (kind, task_id, from_state, to_state) VALUES ")
+	}
 	for i := range floorPer {
 		if i > 0 {
 			tq.WriteByte(',')
 			eq.WriteByte(',')
 		}
-		tq.WriteString("(?,'todo','default',2,?,?)")
-		fmt.Fprintf(&eq, "('task.created',?%d,NULL,'inbox'),('task.todo',?%d,'inbox','todo')", i+1, i+1)
+		id := 2 + 3*i
+		fmt.Fprintf(&tq, taskRow, id, id+1, id+2)
+		fmt.Fprintf(&eq, eventRows, id, id)
 	}
-	f := &floorFiller{c: c, targs: make([]any, 3*floorPer), eargs: make([]any, floorPer)}
+	f := &floorFiller{c: c, args: make([]any, 1+3*floorPer)}
 	var err error
 	ctx := context.Background()
 	if f.tasks, err = c.PrepareContext(ctx, tq.String()); err != nil {
@@ -97,16 +117,18 @@ func (f *floorFiller) fill(b *testing.B, from, n int) {
 	if _, err := f.c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		b.Fatal(err)
 	}
+	at := "2026-11-22T17:00:00.000Z"
 	for done := 0; done < n; done += floorPer {
+		f.args[0] = at
 		for i := range floorPer {
 			id := fmt.Sprintf("t%012d", from+done+i)
-			f.targs[3*i], f.targs[3*i+1], f.targs[3*i+2] = id, from+done+i, floorSpec
-			f.eargs[i] = id
+			f.args[1+3*i], f.args[2+3*i], f.args[3+3*i] = id, from+done+i, floorSpec
 		}
-		if _, err := f.tasks.ExecContext(ctx, f.targs...); err != nil {
+		if _, err := f.tasks.ExecContext(ctx, f.args...); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := f.events.ExecContext(ctx, f.eargs...); err != nil {
+		// The events' last parameter is the last task's id.
+		if _, err := f.events.ExecContext(ctx, f.args[:3*floorPer-1]...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -124,7 +146,7 @@ func (f *floorFiller) fill(b *testing.B, from, n int) {
 func BenchmarkFloorClaimComplete(b *testing.B) {
 	c := floorDB(b)
 	ctx := context.Background()
-	f := newFloorFiller(b, c)
+	f := newFloorFiller(b, c, false)
 	for n := 0; n < 1000+b.N; n += floorPer {
 		f.fill(b, n, floorPer)
 	}
@@ -180,7 +202,32 @@ func BenchmarkFloorClaimComplete(b *testing.B) {
 // two events (created, and the gateway step into todo), with floorSchema's
 // two indexes (the id key and the claim index) and nothing else.
 func BenchmarkFloorEnqueueBatch(b *testing.B) {
-	f := newFloorFiller(b, floorDB(b))
+	f := newFloorFiller(b, floorDB(b), false)
+	b.ResetTimer()
+	for i := range b.N {
+		f.fill(b, i*1000, 1000)
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// BenchmarkFloorEnqueueBatchCqTables is BenchmarkFloorEnqueueBatch into
+// a store of cq's own schema (every index, constraint and AUTOINCREMENT),
+// the rows with the values cq's batch writes for a true task: what SQLite
+// costs for cq's tables, without cq's Go work (parsing, ids, JSON, the
+// statements' text) and with prepared statements.
+func BenchmarkFloorEnqueueBatchCqTables(b *testing.B) {
+	ctx := context.Background()
+	d, err := db.Open(ctx, filepath.Join(b.TempDir(), "cq.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	c, err := d.SQL.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	f := newFloorFiller(b, c, true)
 	b.ResetTimer()
 	for i := range b.N {
 		f.fill(b, i*1000, 1000)
