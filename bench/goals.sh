@@ -99,7 +99,7 @@ awk '
 			info("  floor: same rows + id key + claim index", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 		k = "BenchmarkFloorEnqueueBatchCqTables|tasks/s"
 		if (has(k))
-			info("  floor: same rows into cq's own tables", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
+			info("  floor: same rows into the cq schema", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 
 		g = "claim+complete cycles/s, 1M backlog"
 		k1 = "BenchmarkClaimComplete/backlog=1M|cycles/s"; k0 = "BenchmarkClaimComplete/backlog=1k|cycles/s"
