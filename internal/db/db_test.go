@@ -132,6 +132,25 @@ func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
 	}
 }
 
+// TestWriteConnectionCache: the connection writes go through has the
+// larger page cache; the others keep SQLite's default.
+func TestWriteConnectionCache(t *testing.T) {
+	t.Parallel()
+	d := open(t, filepath.Join(t.TempDir(), "cq.db"))
+	var w, r int
+	if err := d.Write(context.Background(), func(tx *db.Tx) error {
+		return tx.QueryRowContext(context.Background(), `PRAGMA cache_size`).Scan(&w)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SQL.QueryRow(`PRAGMA cache_size`).Scan(&r); err != nil {
+		t.Fatal(err)
+	}
+	if w != -8192 || r != -2000 {
+		t.Fatalf("cache_size: write connection %d, other %d; want -8192 and -2000", w, r)
+	}
+}
+
 // TestStateChecksHoldAfterTheirRewrite: migration 5 rewrites the CHECK
 // on tasks.state and runs.state in the stored table definitions (an IN
 // list became ORs of equalities). A store migrated from version 4 has the
