@@ -117,10 +117,11 @@ awk '
 			info("  worker batching, 1 / 4 in flight", "", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))
 
 		g = "500 tasks beside 100k lane-blocked"
-		k1 = "BenchmarkClaimBesideBlockedLane/blocked=100k|ns/op"; k0 = "BenchmarkClaimBesideBlockedLane/blocked=0|ns/op"
-		if (has(k1) && has(k0)) {
-			r = f[k1] / f[k0]
-			row(g, "<= 1.25 x 500 alone", sprintf("%.0f ms = %.2f x %.0f ms", f[k1] / 1e6, r, f[k0] / 1e6), count(r <= 1.25))
+		k = "BenchmarkClaimBesideBlockedLane|beside/alone"
+		k1 = "BenchmarkClaimBesideBlockedLane|beside-ms/op"; k0 = "BenchmarkClaimBesideBlockedLane|alone-ms/op"
+		if (has(k) && has(k1) && has(k0)) {
+			r = f[k]
+			row(g, "<= 1.25 x 500 alone", sprintf("%.2f x (%.0f ms beside, %.0f alone)", r, f[k1], f[k0]), count(r <= 1.25))
 		} else na(g, "<= 1.25 x 500 alone", "no BenchmarkClaimBesideBlockedLane")
 
 		g = "enqueue -> start, idle worker"
