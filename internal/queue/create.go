@@ -160,7 +160,8 @@ var (
 
 // bulkQueries returns flush's statements for n tasks, built once per n
 // (almost always bulkRows, and the remainder of a batch): the same text
-// each time, so the connection's statement cache prepares it once.
+// each time, so the connection's statement cache prepares it once. At
+// most 16 sizes are kept (about 40 KB of text each at bulkRows).
 func bulkQueries(n int) bulkSQL {
 	bulkMu.Lock()
 	defer bulkMu.Unlock()
@@ -185,7 +186,7 @@ func bulkQueries(n int) bulkSQL {
 			b, b+1, b+2, b+3, b+4, b+5, b+6, b+7, b+8, b+9, b+10)
 	}
 	q := bulkSQL{events: ev.String(), tasks: tk.String()}
-	if len(bulkCache) < 64 {
+	if len(bulkCache) < 16 {
 		bulkCache[n] = q
 	}
 	return q
