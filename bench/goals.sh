@@ -67,6 +67,15 @@ awk '
 			info("  ceiling: spawn + per-run folder alone", "(estimate, " c " cores)",
 				sprintf("%.0f/s = %.2f x spawn ref (folder %.0f us)", ceil, ceil / f["tp_spawnref"], f["files_per_run_us"]))
 		}
+		# The same with the store floor added: the three commits a task run
+		# alone needs (BenchmarkFloorClaimComplete, CPU-bound, one core).
+		k = "BenchmarkFloorClaimComplete|cycles/s"
+		if (has("files_per_run_us") && has("tp_spawnref") && has(k)) {
+			c = has("cores") ? f["cores"] : 2
+			ceil = 1 / (1 / f["tp_spawnref"] + (f["files_per_run_us"] / 1e6 + 1 / f[k]) / c)
+			info("  ceiling: same + 3 commits at the floor", "(estimate, " c " cores)",
+				sprintf("%.0f/s = %.2f x spawn ref (store %.0f us)", ceil, ceil / f["tp_spawnref"], 1e6 / f[k]))
+		}
 
 		# cq cannot run tasks faster than its CPU time per task allows
 		# with every core busy: a bound from the same rounds.
