@@ -16,11 +16,7 @@ import (
 // never the runs table, which keeps every run until cleanup.
 func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 	t.Parallel()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := planStore(t)
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
@@ -41,11 +37,7 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 // those conditions), never the tasks table.
 func TestKeyQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := planStore(t)
 	for name, q := range map[string]struct {
 		sql, index string
 	}{
@@ -53,11 +45,7 @@ func TestKeyQueriesUseTheirIndexes(t *testing.T) {
 		"advance lane": {sqlAdvanceLane, "USING INDEX tasks_lane (key=?)"},
 		"key holder":   {sqlKeyHolder, "USING INDEX tasks_key_live (key=?)"},
 	} {
-		args := make([]any, strings.Count(q.sql, "?"))
-		for i := range args {
-			args[i] = "k"
-		}
-		if plan := queryPlan(t, d.SQL, q.sql, args...); !strings.Contains(plan, q.index) {
+		if plan := boundPlan(t, d, q.sql); !strings.Contains(plan, q.index) {
 			t.Errorf("%s does not read %s:\n%s", name, q.index, plan)
 		}
 	}
@@ -68,19 +56,8 @@ func TestKeyQueriesUseTheirIndexes(t *testing.T) {
 // claim reads the tasks_claim index without sorting.
 func TestCastBindingsKeepThePlan(t *testing.T) {
 	t.Parallel()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	plan := func(q string) string {
-		t.Helper()
-		args := make([]any, strings.Count(q, "?"))
-		for i := range args {
-			args[i] = "x"
-		}
-		return queryPlan(t, d.SQL, q, args...)
-	}
+	d := planStore(t)
+	plan := func(q string) string { t.Helper(); return boundPlan(t, d, q) }
 	for name, q := range map[string]string{
 		"claim head":         sqlClaimHead,
 		"lane held":          sqlLaneHeld,
@@ -100,6 +77,27 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 	if p := plan(sqlClaimHead); !strings.Contains(p, "USING INDEX tasks_claim (queue=?)") || strings.Contains(p, "TEMP B-TREE") {
 		t.Errorf("claim head does not read tasks_claim in order:\n%s", p)
 	}
+}
+
+// planStore is a new store for the plan tests.
+func planStore(t *testing.T) *db.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// boundPlan is queryPlan of q with the text "x" bound to each parameter.
+func boundPlan(t *testing.T, d *db.DB, q string) string {
+	t.Helper()
+	args := make([]any, strings.Count(q, "?"))
+	for i := range args {
+		args[i] = "x"
+	}
+	return queryPlan(t, d.SQL, q, args...)
 }
 
 // queryPlan is EXPLAIN QUERY PLAN of q with args, one detail per line.
