@@ -366,7 +366,7 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 	if set != "" {
 		q += `, ` + set
 	}
-	q += ` WHERE id = ? AND state = CAST(? AS TEXT) AND lease_token = ?`
+	q += ` WHERE id = ? AND state = ? AND lease_token = ?`
 	all := append([]any{to, nullable(reason)}, args...)
 	all = append(all, r.ID, r.State, r.Token)
 	if r.reapBefore != "" {

@@ -204,7 +204,7 @@ func casTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, kind
 	if set != "" {
 		q += `, ` + set
 	}
-	q += ` WHERE id = ? AND state = CAST(? AS TEXT)`
+	q += ` WHERE id = ? AND state = ?`
 	all := append([]any{to, FormatTime(now)}, args...)
 	all = append(all, t.ID, t.State)
 	res, err := tx.ExecContext(ctx, q, all...)
