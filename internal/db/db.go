@@ -50,25 +50,29 @@ type Migration struct {
 	SQL     string
 }
 
-// migrations is schema.sql split once, on first use.
+// migrations is schema.sql split once, on first use. Each section's SQL is
+// a slice of the embedded text, so a short command pays no copy for it.
 var migrations = sync.OnceValue(func() []Migration {
 	var out []Migration
 	const prefix = "-- migration "
-	rest := cq.SchemaSQL
-	for len(rest) > 0 {
-		line, next, _ := strings.Cut(rest, "\n")
+	text := cq.SchemaSQL
+	start := 0 // where the current section's SQL begins
+	for pos := 0; pos < len(text); {
+		line, _, _ := strings.Cut(text[pos:], "\n")
+		next := min(pos+len(line)+1, len(text))
 		if v, ok := strings.CutPrefix(line, prefix); ok {
 			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				if len(out) > 0 {
+					out[len(out)-1].SQL = text[start:pos]
+				}
 				out = append(out, Migration{Version: n})
-				rest = next
-				continue
+				start = next
 			}
 		}
-		if len(out) > 0 {
-			m := &out[len(out)-1]
-			m.SQL += rest[:len(rest)-len(next)]
-		}
-		rest = next
+		pos = next
+	}
+	if len(out) > 0 {
+		out[len(out)-1].SQL = text[start:]
 	}
 	return out
 })
