@@ -281,6 +281,134 @@ func (d *DB) migrate(ctx context.Context) error {
 type Tx struct {
 	c   *sql.Conn
 	ctx context.Context
+	// Rows added with Add, not yet written, and the batch they go to (a
+	// transaction collects one batch at a time).
+	batch *Batch
+	rows  []any
+	n     int
+	// savepoints are the names of the open savepoints.
+	savepoints []string
+}
+
+// Batch is an INSERT whose rows a transaction collects (Add) and writes
+// with one multi-row statement when it commits, or earlier at Flush: one
+// statement for a transaction's rows costs far less than one per row.
+// Rows written so get consecutive rowids in the order they were added.
+type Batch struct {
+	head string // INSERT INTO t (a, b, …) VALUES
+	cols int
+
+	mu    sync.Mutex
+	texts map[int]string
+}
+
+// batchMaxRows bounds the rows of one statement; more are written in
+// several.
+const batchMaxRows = 64
+
+// NewBatch returns the batch of rows of cols values each inserted by head,
+// "INSERT INTO t (a, b, …) VALUES".
+func NewBatch(head string, cols int) *Batch {
+	return &Batch{head: head, cols: cols, texts: map[int]string{}}
+}
+
+// text is the statement for n rows, built once per n so that the
+// connection's statement cache prepares it once.
+func (b *Batch) text(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q, ok := b.texts[n]; ok {
+		return q
+	}
+	row := "(" + strings.TrimSuffix(strings.Repeat("?,", b.cols), ",") + ")"
+	q := b.head + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+	b.texts[n] = q
+	return q
+}
+
+// Add queues one row of b for this transaction. A row of another batch
+// first writes the pending ones, so rows keep their order across batches.
+func (t *Tx) Add(b *Batch, values ...any) error {
+	if len(values) != b.cols {
+		return fmt.Errorf("batch row has %d values, want %d", len(values), b.cols)
+	}
+	if t.batch != b {
+		if err := t.Flush(); err != nil {
+			return err
+		}
+		t.batch = b
+	}
+	t.rows = append(t.rows, values...)
+	t.n++
+	if t.n == batchMaxRows {
+		return t.Flush()
+	}
+	return nil
+}
+
+// Flush writes the rows added so far. Statements whose effect depends on
+// those rows being in place (reading or deleting them, or taking the next
+// rowid of their table) must come after a Flush.
+func (t *Tx) Flush() error {
+	if t.n == 0 {
+		return nil
+	}
+	_, err := t.c.ExecContext(t.ctx, t.batch.text(t.n), t.rows...)
+	t.rows, t.n = t.rows[:0], 0
+	return err
+}
+
+// Savepoint writes the pending rows, which precede it, then opens a
+// savepoint. So every row still pending later was added after the newest
+// savepoint: RollbackTo drops them all, and SQLite undoes those written
+// since.
+func (t *Tx) Savepoint(name string) error {
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if _, err := t.c.ExecContext(t.ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	t.savepoints = append(t.savepoints, name)
+	return nil
+}
+
+// RollbackTo undoes the writes since the savepoint name, rows added since
+// included; the savepoint stays open.
+func (t *Tx) RollbackTo(name string) error {
+	i := t.mark(name)
+	if i < 0 {
+		return fmt.Errorf("no savepoint %q", name)
+	}
+	if _, err := t.c.ExecContext(t.ctx, "ROLLBACK TO "+name); err != nil {
+		return err
+	}
+	t.rows, t.n = t.rows[:0], 0
+	t.savepoints = t.savepoints[:i+1]
+	return nil
+}
+
+// Release closes the savepoint name and those opened after it; their
+// writes stay part of the transaction.
+func (t *Tx) Release(name string) error {
+	i := t.mark(name)
+	if i < 0 {
+		return fmt.Errorf("no savepoint %q", name)
+	}
+	if _, err := t.c.ExecContext(t.ctx, "RELEASE "+name); err != nil {
+		return err
+	}
+	t.savepoints = t.savepoints[:i]
+	return nil
+}
+
+func (t *Tx) mark(name string) int {
+	for i := len(t.savepoints) - 1; i >= 0; i-- {
+		if t.savepoints[i] == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // ExecContext runs a statement in the transaction.
@@ -336,7 +464,11 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 			_, _ = d.wconn.ExecContext(bg, "ROLLBACK")
 		}
 	}()
-	if err := fn(&Tx{c: d.wconn, ctx: bg}); err != nil {
+	tx := &Tx{c: d.wconn, ctx: bg}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Flush(); err != nil {
 		return err
 	}
 	if _, err := d.wconn.ExecContext(bg, "COMMIT"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -536,5 +537,91 @@ func TestTrimWALLeavesAHeldStore(t *testing.T) {
 	d.TrimWAL(ctx)
 	if got := walSize(); got != 0 {
 		t.Errorf("store released: WAL %d bytes after TrimWAL, want 0", got)
+	}
+}
+
+// TestBatchRows checks that rows added to a transaction are written at its
+// commit in the order they were added (across batches and past the rows of
+// one statement), that a savepoint's rollback drops the rows added after
+// it and keeps those before, and that a failed transaction writes none.
+func TestBatchRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, filepath.Join(t.TempDir(), "cq.db"))
+	if _, err := d.SQL.Exec(`CREATE TABLE log (n INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL, src TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	a := db.NewBatch(`INSERT INTO log (v, src) VALUES `, 2)
+	b := db.NewBatch(`INSERT INTO log (v) VALUES `, 1)
+	var want []string
+	err := d.Write(ctx, func(tx *db.Tx) error {
+		add := func(bt *db.Batch, v string) {
+			t.Helper()
+			vals := []any{v}
+			if bt == a {
+				vals = append(vals, "a")
+			}
+			if err := tx.Add(bt, vals...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 150 { // more than one statement's rows
+			add(a, fmt.Sprint("a", i))
+			want = append(want, fmt.Sprint("a", i))
+		}
+		add(b, "b0")
+		add(a, "a-after-b")
+		want = append(want, "b0", "a-after-b")
+		if err := tx.Savepoint("sp"); err != nil {
+			return err
+		}
+		add(a, "dropped1")
+		add(b, "dropped2") // flushes dropped1: SQLite undoes it
+		add(b, "dropped3") // still pending: dropped by RollbackTo
+		if err := tx.RollbackTo("sp"); err != nil {
+			return err
+		}
+		add(b, "kept")
+		want = append(want, "kept")
+		return tx.Release("sp")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(ctx, func(tx *db.Tx) error {
+		if err := tx.Add(a, "never", "a"); err != nil {
+			return err
+		}
+		return errors.New("fail on purpose")
+	}); err == nil {
+		t.Fatal("the failing transaction reported no error")
+	}
+	if err := d.Write(ctx, func(tx *db.Tx) error { return tx.Add(a, "one value") }); err == nil {
+		t.Fatal("a row with too few values was accepted")
+	}
+	rows, err := d.SQL.Query(`SELECT n, v FROM log ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	last := int64(0)
+	for rows.Next() {
+		var n int64
+		var v string
+		if err := rows.Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		if n != last+1 {
+			t.Fatalf("row %q has n %d after %d: rowids are not consecutive", v, n, last)
+		}
+		last = n
+		got = append(got, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows written:\n%q\nwant:\n%q", got, want)
 	}
 }

@@ -68,6 +68,9 @@ func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, li
 		if runIDs, err = queryIDs(ctx, tx, `SELECT id FROM runs WHERE task_id IN `+in, args...); err != nil {
 			return err
 		}
+		if err := tx.Flush(); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE task_id IN `+in, args...); err != nil {
 			return err
 		}

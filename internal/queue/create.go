@@ -124,6 +124,9 @@ func (c *creator) flush(ctx context.Context) error {
 	for _, t := range c.pending {
 		args = append(args, t.ID, t.State)
 	}
+	if err := c.tx.Flush(); err != nil {
+		return err
+	}
 	res, err := c.tx.ExecContext(ctx, q.events, args...)
 	if err != nil {
 		return err
@@ -319,11 +322,14 @@ func (c *creator) createEnqueued(ctx context.Context, t *taskRow, after []string
 	if err != nil {
 		return Created{}, err
 	}
-	if err := addEvent(ctx, tx, now, event{Kind: "task.created", TaskID: t.ID, To: TaskInbox}); err != nil {
+	// The task's seq is its gateway event's: the events pending are
+	// written first, then the two of this task in one statement.
+	if err := tx.Flush(); err != nil {
 		return Created{}, err
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES (?, ?, ?, 'inbox', ?)`,
-		FormatTime(now), "task."+to, t.ID, to)
+	res, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, from_state, to_state)
+		VALUES (?1, 'task.created', ?2, NULL, 'inbox'), (?1, 'task.' || ?3, ?2, 'inbox', ?3)`,
+		FormatTime(now), t.ID, to)
 	if err != nil {
 		return Created{}, err
 	}

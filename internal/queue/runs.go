@@ -526,7 +526,7 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 			}
 		}
 		for i, f := range fs {
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT finish`); err != nil {
+			if err := tx.Savepoint("finish"); err != nil {
 				return err
 			}
 			st, err := finishTx(ctx, tx, now, f)
@@ -534,7 +534,7 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 				if !IsConflict(err) && !IsNotFound(err) {
 					return err
 				}
-				if _, err := tx.ExecContext(ctx, `ROLLBACK TO finish`); err != nil {
+				if err := tx.RollbackTo("finish"); err != nil {
 					return err
 				}
 				res.Finished[i].Err = err
@@ -542,7 +542,7 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 				res.Finished[i].TaskState = st
 				res.Finished[i].Run, _ = runView(ctx, tx, f.RunID)
 			}
-			if _, err := tx.ExecContext(ctx, `RELEASE finish`); err != nil {
+			if err := tx.Release("finish"); err != nil {
 				return err
 			}
 		}

@@ -52,18 +52,17 @@ func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
 // createSaved creates one spec inside a savepoint, so a failure undoes
 // only that spec's writes.
 func createSaved(ctx context.Context, c *creator, sp Spec) error {
-	if _, err := c.tx.ExecContext(ctx, `SAVEPOINT spool_line`); err != nil {
+	if err := c.tx.Savepoint("spool_line"); err != nil {
 		return err
 	}
 	if _, err := c.create(ctx, sp, true); err != nil {
-		if _, rerr := c.tx.ExecContext(ctx, `ROLLBACK TO spool_line`); rerr != nil {
+		if rerr := c.tx.RollbackTo("spool_line"); rerr != nil {
 			return rerr
 		}
 		// The rolled-back writes may include a queue row the cache counted.
 		c.queues = map[string]bool{}
-		_, _ = c.tx.ExecContext(ctx, `RELEASE spool_line`)
+		_ = c.tx.Release("spool_line")
 		return err
 	}
-	_, err := c.tx.ExecContext(ctx, `RELEASE spool_line`)
-	return err
+	return c.tx.Release("spool_line")
 }

@@ -117,6 +117,10 @@ func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time
 // nextSeq is the seq the next event will get; a task entering its lane
 // takes it as its place, so lane order is gateway order.
 func nextSeq(ctx context.Context, tx *db.Tx) (int64, error) {
+	// The events still pending take their seqs first.
+	if err := tx.Flush(); err != nil {
+		return 0, err
+	}
 	var seq int64
 	err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1`).Scan(&seq)
 	return seq, err
@@ -128,7 +132,12 @@ type event struct {
 	Data                                  any
 }
 
-func addEvent(ctx context.Context, tx *db.Tx, now time.Time, e event) error {
+// eventRows is the INSERT of the events a transaction writes: they go in
+// with one statement when it commits (see db.Batch), in the order they
+// were added, so their seqs follow that order as before.
+var eventRows = db.NewBatch(`INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data) VALUES `, 8)
+
+func addEvent(_ context.Context, tx *db.Tx, now time.Time, e event) error {
 	var data any
 	if e.Data != nil {
 		b, err := json.Marshal(e.Data)
@@ -137,10 +146,7 @@ func addEvent(ctx context.Context, tx *db.Tx, now time.Time, e event) error {
 		}
 		data = string(b)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		FormatTime(now), e.Kind, nullable(e.TaskID), nullable(e.RunID), nullable(e.From), nullable(e.To), nullable(e.Reason), data)
-	return err
+	return tx.Add(eventRows, FormatTime(now), e.Kind, nullable(e.TaskID), nullable(e.RunID), nullable(e.From), nullable(e.To), nullable(e.Reason), data)
 }
 
 // laneIsFree reports whether no live task holds key's lane, so a task
