@@ -68,6 +68,19 @@ func (a *App) Home() (string, error) {
 	return abs, nil
 }
 
+// dbPath is the SQLite file of --db, $CQ_DB or home's cq.db; a URL of
+// another backend is an error (db.ErrUnsupported).
+func (a *App) dbPath(home string) (string, error) {
+	url := a.DBFlag
+	if url == "" {
+		url = a.Getenv("CQ_DB")
+	}
+	if url == "" {
+		return filepath.Join(home, "cq.db"), nil
+	}
+	return db.PathFromURL(url)
+}
+
 // Store opens the database (creating and migrating it if needed) and
 // drains the spool into it first, as every command that opens the
 // database does.
@@ -79,15 +92,9 @@ func (a *App) Store(ctx context.Context) (*queue.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	url := a.DBFlag
-	if url == "" {
-		url = a.Getenv("CQ_DB")
-	}
-	path := filepath.Join(home, "cq.db")
-	if url != "" {
-		if path, err = db.PathFromURL(url); err != nil {
-			return nil, err
-		}
+	path, err := a.dbPath(home)
+	if err != nil {
+		return nil, err
 	}
 	d, err := db.Open(ctx, path)
 	if err != nil {

@@ -181,16 +181,19 @@ func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqu
 		}
 		return err
 	}
-	return printCreated(app, res)
+	return printCreated(app, res, false)
 }
 
-func printCreated(app *App, res []queue.Created) error {
+// printCreated prints the created tasks' ids, or with -o json {id, state}:
+// one object for one spec, and for --batch (list) an array, whatever its
+// length, so that its shape does not depend on the input.
+func printCreated(app *App, res []queue.Created, list bool) error {
 	if app.format() == "json" || app.format() == "jsonl" {
 		out := make([]map[string]string, len(res))
 		for i, r := range res {
 			out[i] = map[string]string{"id": r.ID, "state": r.State}
 		}
-		if app.format() == "jsonl" || len(out) == 1 {
+		if app.format() == "jsonl" || !list {
 			for _, o := range out {
 				if err := writeJSONLine(app.Stdout, o); err != nil {
 					return err
@@ -222,6 +225,8 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 		RunE: func(cmd *cobra.Command, args []string) error {
 			before, argv := commandArgs(cmd, args)
 			switch {
+			case batch && toSpool:
+				return usageErr("--spool appends one task given by flags and -- CMD; it cannot take --batch")
 			case batch:
 				if len(args) > 0 || f.given(cmd.Flags()) {
 					return usageErr("--batch takes its specs from stdin or -f FILE, not from flags or arguments")
@@ -249,9 +254,12 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 				return err
 			}
 			return multi(app.Stderr, args, func(ref string) error {
-				id, _, err := st.Enqueue(cmd.Context(), ref)
+				id, state, err := st.Enqueue(cmd.Context(), ref)
 				if err != nil {
 					return err
+				}
+				if app.format() == "json" || app.format() == "jsonl" {
+					return writeJSONLine(app.Stdout, map[string]string{"id": id, "state": state})
 				}
 				fmt.Fprintln(app.Stdout, id)
 				return nil
@@ -310,7 +318,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 		}
 	}
 	if len(specs) == 0 {
-		return nil
+		return printCreated(app, nil, true)
 	}
 	st, err := app.Store(cmd.Context())
 	if err != nil {
@@ -328,7 +336,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 		}
 		return err
 	}
-	return printCreated(app, res)
+	return printCreated(app, res, true)
 }
 
 // enqueueSpool appends one spec to the spool without opening the
@@ -368,8 +376,16 @@ func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) err
 	if err != nil {
 		return err
 	}
+	// A line for a store no command can open would wait there forever.
+	if _, err := app.dbPath(home); err != nil {
+		return err
+	}
 	if err := spool.Append(home, line, now); err != nil {
 		return err
+	}
+	if app.format() == "json" || app.format() == "jsonl" {
+		// Not in the store yet, so in no state: the drain gives it one.
+		return writeJSONLine(app.Stdout, map[string]any{"id": sp.ID, "spooled": true})
 	}
 	fmt.Fprintln(app.Stdout, sp.ID)
 	return nil

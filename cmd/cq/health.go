@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
 
+	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/promtext"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
@@ -41,6 +43,9 @@ cron line writing a textfile-collector file never leaves it stale.`,
 				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
 			}
 			st, err := app.Store(cmd.Context())
+			if errors.Is(err, db.ErrUnsupported) {
+				return err // a postgres:// URL is refused (exit 1) by every command
+			}
 			if err != nil {
 				return &exitErr{code: healthUnreadable, msg: err.Error()}
 			}

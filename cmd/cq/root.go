@@ -43,9 +43,9 @@ retries them with backoff, keeps their logs and reports health.`,
 	pf.StringVarP(&app.Output, "output", "o", "", "output format: table, json or jsonl")
 	pf.BoolVarP(&app.Quiet, "quiet", "q", false, "print ids only, one per line")
 
-	task := &cobra.Command{Use: "task", Short: "Create tasks and change their state"}
+	task := newGroupCmd("task", "Create tasks and change their state")
 	task.AddCommand(newTaskCreateCmd(app), newSetStateCmd(app))
-	queueCmd := &cobra.Command{Use: "queue", Short: "List and configure queues"}
+	queueCmd := newGroupCmd("queue", "List and configure queues")
 	queueCmd.AddCommand(newQueueLsCmd(app), newQueueSetCmd(app), newQueuePauseCmd(app, true), newQueuePauseCmd(app, false), newQueueClearCmd(app))
 	root.AddCommand(
 		task,
@@ -129,5 +129,21 @@ func signalContext() (context.Context, func()) {
 		close(done)
 		signal.Stop(sigs)
 		cancel(nil)
+	}
+}
+
+// newGroupCmd is a command that only holds subcommands: alone it prints
+// its help; followed by a word that names none of them, it is bad usage
+// (exit 1), not a silent success.
+func newGroupCmd(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErr("unknown command %q for \"cq %s\" (see cq %s --help)", args[0], use, use)
+			}
+			return cmd.Help()
+		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -59,6 +60,12 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 			}
 			r, err := c.create(ctx, sp, opt.Enqueue)
 			if err != nil {
+				// A unique key held by a task of this same call: the error
+				// undoes that task too, so it is no existing task to name.
+				var qe *Error
+				if errors.As(err, &qe) && qe.Existing != "" && slices.ContainsFunc(out, func(o Created) bool { return o.New && o.ID == qe.Existing }) {
+					err = &Error{Code: qe.Code, Msg: fmt.Sprintf("key %q is held by task %s of an earlier line, so nothing is stored (--unique)", sp.Key, qe.Existing)}
+				}
 				return &LineError{Line: i + 1, Err: err}
 			}
 			if len(c.pending) == 1 {
