@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
@@ -37,11 +39,26 @@ func newCleanupCmd(app *App) *cobra.Command {
 				return err
 			}
 			var counts map[string]int
-			if dryRun {
+			switch {
+			case dryRun && app.Quiet:
+				// -q: the ids it would delete, one per line.
+				w := bufio.NewWriter(app.Stdout)
+				defer w.Flush()
+				return st.ExpiredIDs(ctx, r, func(_, id string) error {
+					_, err := fmt.Fprintln(w, id)
+					return err
+				})
+			case dryRun:
 				counts, err = st.ExpiredCounts(ctx, r)
-			} else {
+			default:
 				home, _ := app.Home()
 				opt := heartbeat.CleanupOptions{Retention: r, Home: home}
+				if app.Quiet {
+					// -q: the ids deleted, one per line, as they go.
+					opt.Deleted = func(_ string, ids []string) {
+						fmt.Fprintln(app.Stdout, strings.Join(ids, "\n"))
+					}
+				}
 				if app.stderrIsTerminal() {
 					opt.Progress = func(c map[string]int) {
 						fmt.Fprintf(app.Stderr, "\rcleanup: %d done, %d cancelled, %d failed deleted", c[queue.TaskDone], c[queue.TaskCancelled], c[queue.TaskFailed])
@@ -52,7 +69,7 @@ func newCleanupCmd(app *App) *cobra.Command {
 					fmt.Fprintln(app.Stderr)
 				}
 			}
-			if err != nil {
+			if err != nil || app.Quiet {
 				return err
 			}
 			switch app.format() {
@@ -70,6 +87,6 @@ func newCleanupCmd(app *App) *cobra.Command {
 	f.StringVar(&done, "done", "30d", "keep done tasks this long after they finished")
 	f.StringVar(&cancelled, "cancelled", "7d", "keep cancelled tasks this long")
 	f.StringVar(&failed, "failed", "14d", "keep failed tasks this long")
-	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted; delete nothing")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted (counts per state; with -q the ids); delete nothing")
 	return cmd
 }

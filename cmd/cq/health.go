@@ -165,6 +165,13 @@ func writePrometheus(w io.Writer, h *queue.Health) error {
 	}
 	set.Gauge("cq_backlog", "Tasks in todo in queues that are not paused.", float64(h.Backlog))
 	set.Gauge("cq_blocked_retry", "Tasks blocked waiting for a retry.", float64(h.BlockedRetry))
+	oldest := 0.0
+	if h.OldestWaiting != nil {
+		oldest = h.OldestWaiting.Seconds
+	}
+	set.Gauge("cq_oldest_waiting_seconds", "How long the task waiting longest in todo has waited (0: none waits).", oldest)
+	set.Gauge("cq_waiting_warned", "Tasks in todo for longer than their queue's warn-after.", float64(h.WaitingWarned))
+	set.Gauge("cq_warnings", "Warnings in the health verdict (cq health -o json lists them).", float64(len(h.Warnings)))
 	hb := 0.0
 	if h.LastHeartbeat != nil {
 		hb = float64(queue.ParseStoredTime(*h.LastHeartbeat).UnixMilli()) / 1000

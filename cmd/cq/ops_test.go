@@ -358,6 +358,18 @@ func TestOpsHealthPrometheus(t *testing.T) {
 	opsLintProm(t, text, mfs)
 	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 2})
 
+	// The oldest waiting task and the wait warnings are metrics too.
+	waited := time.Now().Add(-2 * time.Hour)
+	opsExec(t, f.d, `UPDATE tasks SET todo_at = ?, warned = 1 WHERE id = 'a1'`, queue.FormatTime(waited))
+	text = e.ok("health", "-o", "prometheus")
+	mfs = opsParseProm(t, text)
+	opsLintProm(t, text, mfs)
+	opsWantSeriesNear(t, "cq_oldest_waiting_seconds", opsSeries(t, mfs, "cq_oldest_waiting_seconds", ""), map[string]float64{"": 7200}, 60)
+	opsWantSeries(t, "cq_waiting_warned", opsSeries(t, mfs, "cq_waiting_warned", ""), map[string]float64{"": 1})
+	if w := opsSeries(t, mfs, "cq_warnings", "")[""]; w < 1 {
+		t.Errorf("cq_warnings = %v with a task past its warn-after, want at least 1", w)
+	}
+
 	// A new home (never a heartbeat, nothing finished) lints clean too.
 	e2 := opsNewEnv(t)
 	text = e2.ok("health", "-o", "prometheus")
@@ -365,6 +377,8 @@ func TestOpsHealthPrometheus(t *testing.T) {
 	opsLintProm(t, text, mfs)
 	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 2})
 	opsWantSeries(t, "cq_last_heartbeat_timestamp_seconds", opsSeries(t, mfs, "cq_last_heartbeat_timestamp_seconds", ""), map[string]float64{"": 0})
+	opsWantSeries(t, "cq_oldest_waiting_seconds", opsSeries(t, mfs, "cq_oldest_waiting_seconds", ""), map[string]float64{"": 0})
+	opsWantSeries(t, "cq_waiting_warned", opsSeries(t, mfs, "cq_waiting_warned", ""), map[string]float64{"": 0})
 }
 
 // opsCheckEvents checks the event log: each task's and each run's events

@@ -28,6 +28,8 @@ type CleanupOptions struct {
 	Batch int
 	// Progress, if set, is told the running counts after each batch.
 	Progress func(map[string]int)
+	// Deleted, if set, is told the ids each batch deleted.
+	Deleted func(state string, ids []string)
 }
 
 // Cleanup deletes terminal tasks past retention, with their runs, events
@@ -45,9 +47,13 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 				return counts, err
 			}
 			began := time.Now()
-			n, runIDs, err := st.DeleteExpired(ctx, state, opt.Retention, opt.Batch)
+			ids, runIDs, err := st.DeleteExpiredIDs(ctx, state, opt.Retention, opt.Batch)
 			if err != nil {
 				return counts, err
+			}
+			n := len(ids)
+			if opt.Deleted != nil && n > 0 {
+				opt.Deleted(state, ids)
 			}
 			if n > 0 {
 				if err := pause(ctx, time.Since(began)); err != nil {

@@ -46,15 +46,49 @@ func (s *Store) ExpiredCounts(ctx context.Context, r Retention) (map[string]int,
 	return out, nil
 }
 
+// ExpiredIDs calls fn with the id of every task past retention, state by
+// state in CleanupStates order (what a cleanup would delete now).
+func (s *Store) ExpiredIDs(ctx context.Context, r Retention, fn func(state, id string) error) error {
+	now := s.now()
+	for _, st := range CleanupStates {
+		rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? ORDER BY id`,
+			st, FormatTime(now.Add(-r.of(st))))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			if err := fn(st, id); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DeleteExpired deletes up to limit tasks in state past their retention,
 // with their runs, dependency edges and events, in one short transaction.
 // It returns the deleted tasks' run ids, so the caller can remove their
 // folders, and how many tasks it deleted (0: nothing left).
 func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, limit int) (int, []string, error) {
-	var n int
-	var runIDs []string
+	ids, runIDs, err := s.DeleteExpiredIDs(ctx, state, r, limit)
+	return len(ids), runIDs, err
+}
+
+// DeleteExpiredIDs is DeleteExpired returning the deleted tasks' ids.
+func (s *Store) DeleteExpiredIDs(ctx context.Context, state string, r Retention, limit int) ([]string, []string, error) {
+	var deleted, runIDs []string
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
-		n, runIDs = 0, runIDs[:0]
+		deleted, runIDs = deleted[:0], runIDs[:0]
 		ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?`,
 			state, FormatTime(now.Add(-r.of(state))), limit)
 		if err != nil || len(ids) == 0 {
@@ -75,15 +109,10 @@ func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, li
 			return err
 		}
 		// The state is checked again: a task retried meanwhile is kept.
-		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE state = ? AND id IN `+in, append([]any{state}, args...)...)
-		if err != nil {
-			return err
-		}
-		k, _ := res.RowsAffected()
-		n = int(k)
-		return nil
+		deleted, err = queryIDs(ctx, tx, `DELETE FROM tasks WHERE state = ? AND id IN `+in+` RETURNING id`, append([]any{state}, args...)...)
+		return err
 	})
-	return n, runIDs, err
+	return deleted, runIDs, err
 }
 
 // IncrementalVacuum gives up to pages free pages back to the file system.

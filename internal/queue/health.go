@@ -59,6 +59,9 @@ type Health struct {
 	Queues             map[string]QueueHealth `json:"queues"`
 	Warnings           []string               `json:"warnings"`
 	OldestWaiting      *OldestTask            `json:"oldest_waiting"`
+	// WaitingWarned counts the todo tasks that have waited longer than
+	// their queue's warn-after (the wait warning's number).
+	WaitingWarned int `json:"waiting_warned"`
 	// RunsFinished counts runs that ended within the window, by state.
 	RunsFinished map[string]int `json:"runs_finished"`
 	Window       string         `json:"window"`
@@ -142,6 +145,7 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'todo' AND warned = 1`).Scan(&waiting); err != nil {
 		return nil, err
 	}
+	h.WaitingWarned = waiting
 	if waiting > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("%d task(s) waiting in todo longer than their queue's warn-after", waiting))
 	}
