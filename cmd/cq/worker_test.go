@@ -1444,3 +1444,62 @@ func TestWorkerCancelWhileWorkerStopped(t *testing.T) {
 		}
 	}
 }
+
+// wkSupervisorOf is the pid of worker pid's cq __supervisor helper, or 0.
+func wkSupervisorOf(pid int) int {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so split after ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), "__supervisor") {
+			return p
+		}
+	}
+	return 0
+}
+
+// TestWorkerSupervisorRestarts: a worker whose supervisor helper is
+// killed starts another and tells it the live runs, so a SIGKILL of the
+// worker afterwards still leaves no process of its runs behind (SPEC
+// section 6), grandchildren included.
+func TestWorkerSupervisorRestarts(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "sup", "--shell", `sleep 100 & sleep 100; wait`)
+	a := e.startWorker("A")
+	r := e.waitRunning("sup", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second) // sh and its two sleeps
+	pid := a.cmd.Process.Pid
+	first := 0
+	e.eventually(10*time.Second, "the worker's supervisor", func() (bool, string) {
+		first = wkSupervisorOf(pid)
+		return first != 0, "none found"
+	})
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(20*time.Second, "a new supervisor", func() (bool, string) {
+		p := wkSupervisorOf(pid)
+		return p != 0 && p != first, fmt.Sprintf("supervisor pid %d (the killed one was %d)", p, first)
+	})
+	a.signal(syscall.SIGKILL)
+	if code := a.wait(10 * time.Second); code != -1 {
+		t.Fatalf("worker A exited %d, want killed by a signal", code)
+	}
+	e.waitProcs(r.ID, 0, 10*time.Second)
+}

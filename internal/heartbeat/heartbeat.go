@@ -70,6 +70,12 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	}
 	r.StartTimeout = len(timedOut)
 	for _, rp := range timedOut {
+		// Its worker may have started the process and stalled before it
+		// recorded the start: that process must be gone before the task
+		// can run again (two runs of one task never overlap).
+		if rp.Host != "" && rp.Host == opt.Host && procs.KillRuns([]string{rp.RunID}) > 0 {
+			r.Killed++
+		}
 		if opt.Home != "" {
 			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
 		}

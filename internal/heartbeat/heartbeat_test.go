@@ -482,6 +482,36 @@ func TestPassStartTimeout(t *testing.T) {
 	e.checkEvents()
 }
 
+// TestPassStartTimeoutKillsAStartedProcess: a worker that started a run's
+// process and stalled before recording the start loses the run to the
+// start timeout; the pass kills that process on its host (found by
+// CQ_RUN_ID), so that the task's next run cannot overlap it, and leaves
+// another host's alone.
+func TestPassStartTimeoutKillsAStartedProcess(t *testing.T) {
+	e := hbSetup(t)
+	st := time.Minute
+	e.setQueue("q", queue.QueueSettings{StartTimeout: &st})
+	mine := e.claim("q", e.add(queue.Spec{ID: "mine", Queue: "q"}), time.Hour)
+	other := e.claim("q", e.add(queue.Spec{ID: "other", Queue: "q"}), time.Hour)
+	e.exec(`UPDATE runs SET host = 'other-host' WHERE id = ?`, other.RunID)
+	_, done1 := hbSleeper(t, mine.RunID)
+	_, done2 := hbSleeper(t, other.RunID)
+	e.clk.Add(st + time.Millisecond)
+	if r := e.pass(heartbeat.Options{Host: "h-test"}); r.StartTimeout != 2 || r.Killed != 1 {
+		t.Errorf("timed out %d, killed %d; want 2, 1", r.StartTimeout, r.Killed)
+	}
+	select {
+	case <-done1:
+	case <-time.After(30 * time.Second):
+		t.Error("the timed-out run's process is still alive 30s after the pass")
+	}
+	select {
+	case <-done2:
+		t.Error("the process of a run on another host was killed")
+	default:
+	}
+}
+
 // TestPassPromotesDueTasks: a retry backoff and a schedule come due; the
 // pass moves each task to todo exactly once, not a millisecond early.
 func TestPassPromotesDueTasks(t *testing.T) {

@@ -240,11 +240,14 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	}
 
 	sp := c.Spec
-	env := append(w.environ[:len(w.environ):len(w.environ)],
-		"CQ_TASK_ID="+c.TaskID, "CQ_RUN_ID="+c.RunID, "CQ_ATTEMPT="+strconv.Itoa(c.Attempt), "CQ_HOME="+w.opt.Home)
+	env := w.environ[:len(w.environ):len(w.environ)]
 	for k, v := range sp.Env {
 		env = append(env, k+"="+v)
 	}
+	// cq's own variables come last, so a spec's env cannot replace them
+	// (the last of duplicate keys wins): CQ_RUN_ID is how a lost run's
+	// processes are found and killed.
+	env = append(env, "CQ_TASK_ID="+c.TaskID, "CQ_RUN_ID="+c.RunID, "CQ_ATTEMPT="+strconv.Itoa(c.Attempt), "CQ_HOME="+w.opt.Home)
 	var argv []string
 	stdin := os.DevNull
 	switch {
@@ -291,7 +294,9 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	// defence for the direct child.
 	r.pidfd = -1
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &r.pidfd}
+	w.sup.expect(c.RunID)
 	if err := cmd.Start(); err != nil {
+		w.sup.del(0, c.RunID)
 		w.forgetPath(argv[0])
 		closeFiles()
 		return fail(queue.ClassTransient, "spawn: "+err.Error())

@@ -20,36 +20,93 @@ import (
 const SupervisorArg = "__supervisor"
 
 // supervisor is the worker's side of one small helper process that
-// outlives it: the worker tells it each process group it starts and ends,
-// and when the worker dies however it dies (SIGKILL included) the pipe
-// closes and the helper kills every group still recorded. The kernel's
-// parent-death signal would reach only each run's direct child; this
-// reaches shell pipelines' grandchildren too. One helper per worker, not
-// per task, so spawning stays cheap.
+// outlives it: the worker tells it each run before its process starts,
+// then the run's process group, and when the run ends; when the worker
+// dies however it dies (SIGKILL included) the pipe closes and the helper
+// kills every group still recorded, and every process still carrying one
+// of those runs' CQ_RUN_ID. The kernel's parent-death signal would reach
+// only each run's direct child; this reaches shell pipelines'
+// grandchildren too. One helper per worker, not per task, so spawning
+// stays cheap. A helper that dies while the worker lives is started again
+// and told every run still live.
 type supervisor struct {
-	mu  sync.Mutex
-	w   io.WriteCloser
-	cmd *exec.Cmd
+	exe  string
+	warn func(msg string, err error)
+
+	mu      sync.Mutex
+	w       io.WriteCloser
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the current helper has exited
+	closing bool
+	// live is what the helper has been told: run id → process group (0
+	// until the process exists).
+	live map[string]int
 }
 
 // startSupervisor starts the helper from the cq executable exe (run with
 // argv[0] "cq" so that a test binary standing in for cq dispatches too).
-func startSupervisor(exe string) (*supervisor, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
+// warn is told when a helper that died cannot be started again.
+func startSupervisor(exe string, warn func(msg string, err error)) (*supervisor, error) {
+	s := &supervisor{exe: exe, warn: warn, live: map[string]int{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.startLocked(); err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: exe, Args: []string{"cq", SupervisorArg}, Stdin: r}
+	return s, nil
+}
+
+// startLocked starts a helper, tells it every live run, and watches for
+// its exit.
+func (s *supervisor) startLocked() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := &exec.Cmd{Path: s.exe, Args: []string{"cq", SupervisorArg}, Stdin: r}
 	// Its own process group: a terminal's ^C for the worker does not reach
 	// it, and it ignores such signals anyway; only the pipe's end counts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
-		return nil, fmt.Errorf("start supervisor: %w", err)
+		return fmt.Errorf("start supervisor: %w", err)
 	}
 	r.Close()
-	return &supervisor{w: w, cmd: cmd}, nil
+	s.w, s.cmd = w, cmd
+	exited := make(chan struct{})
+	s.exited = exited
+	for id, pgid := range s.live {
+		s.writeLocked('+', pgid, id)
+	}
+	go func() {
+		started := time.Now()
+		_ = cmd.Wait()
+		close(exited)
+		// A helper that dies at once is not restarted in a tight loop.
+		if d := time.Since(started); d < time.Second {
+			time.Sleep(time.Second - d)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closing || s.cmd != cmd {
+			return
+		}
+		// Killed or crashed while the worker lives: start another, or the
+		// runs would have no one to clean up after a SIGKILLed worker.
+		s.w.Close()
+		s.w, s.cmd = nil, nil
+		if err := s.startLocked(); err != nil && s.warn != nil {
+			s.warn("supervisor.restart_failed", err)
+		}
+	}()
+	return nil
+}
+
+func (s *supervisor) writeLocked(op byte, pgid int, runID string) {
+	if s.w != nil {
+		_, _ = s.w.Write([]byte(string(op) + strconv.Itoa(pgid) + " " + runID + "\n"))
+	}
 }
 
 func (s *supervisor) send(op byte, pgid int, runID string) {
@@ -58,25 +115,40 @@ func (s *supervisor) send(op byte, pgid int, runID string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write([]byte(string(op) + strconv.Itoa(pgid) + " " + runID + "\n"))
+	if op == '+' {
+		s.live[runID] = pgid
+	} else {
+		delete(s.live, runID)
+	}
+	s.writeLocked(op, pgid, runID)
 }
+
+// expect records a run about to start: should the worker die before the
+// process group is known, its processes are found by CQ_RUN_ID.
+func (s *supervisor) expect(runID string) { s.send('+', 0, runID) }
 
 // add records a run's process group to kill if the worker dies.
 func (s *supervisor) add(pgid int, runID string) { s.send('+', pgid, runID) }
 
-// del forgets a run whose process group has ended.
+// del forgets a run whose process group has ended (or never started).
 func (s *supervisor) del(pgid int, runID string) { s.send('-', pgid, runID) }
 
-// close ends the helper after a clean stop: every group was deleted, so it
+// close ends the helper after a clean stop: every run was deleted, so it
 // kills nothing.
 func (s *supervisor) close() {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	s.w.Close()
+	s.closing = true
+	if s.w != nil {
+		s.w.Close()
+	}
+	exited := s.exited
 	s.mu.Unlock()
-	_ = s.cmd.Wait()
+	if exited != nil {
+		<-exited
+	}
 }
 
 // supervisorNap is how long the helper rests after each read. A busy
@@ -99,12 +171,13 @@ func (u *unhurried) Read(p []byte) (int, error) {
 }
 
 // RunSupervisor is the helper's main: it reads "+PGID RUNID" and
-// "-PGID RUNID" lines until its stdin ends, then SIGKILLs every group
-// still recorded, and every process that left its group but still
-// carries one of those runs' CQ_RUN_ID.
+// "-PGID RUNID" lines (PGID 0: the run's process is not started yet)
+// until its stdin ends, then SIGKILLs every group still recorded, and
+// every process that left its group but still carries one of those runs'
+// CQ_RUN_ID.
 func RunSupervisor(in io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
-	runs := map[int]string{}
+	runs := map[string]int{} // run id → process group (0: not known)
 	sc := bufio.NewScanner(&unhurried{r: in})
 	for sc.Scan() {
 		line := sc.Text()
@@ -113,22 +186,22 @@ func RunSupervisor(in io.Reader) int {
 		}
 		num, runID, _ := strings.Cut(line[1:], " ")
 		pgid, err := strconv.Atoi(num)
-		if err != nil || pgid <= 1 {
+		if err != nil || pgid < 0 || runID == "" {
 			continue
 		}
 		switch line[0] {
 		case '+':
-			runs[pgid] = runID
+			runs[runID] = pgid
 		case '-':
-			delete(runs, pgid)
+			delete(runs, runID)
 		}
 	}
 	ids := make([]string, 0, len(runs))
-	for pgid, id := range runs {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		if id != "" {
-			ids = append(ids, id)
+	for id, pgid := range runs {
+		if pgid > 1 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
+		ids = append(ids, id)
 	}
 	procs.KillRuns(ids)
 	return 0

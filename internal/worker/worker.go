@@ -162,7 +162,7 @@ func (w *Worker) poke() {
 // --idle-exit says it is done. An error is fatal (exit 1).
 func (w *Worker) Run(ctx context.Context) error {
 	if w.opt.Executable != "" {
-		sup, err := startSupervisor(w.opt.Executable)
+		sup, err := startSupervisor(w.opt.Executable, func(msg string, err error) { w.log.Error(msg, "error", err.Error()) })
 		if err != nil {
 			return err
 		}
