@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
@@ -19,6 +20,9 @@ func newWorkerCmd(app *App) *cobra.Command {
 		Short: "Run tasks (one structured log line per event on stderr)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if workerProcs > 0 {
+				runtime.GOMAXPROCS(workerProcs) // see main
+			}
 			durs := []struct {
 				name string
 				val  string
