@@ -47,39 +47,44 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 			return r, err
 		}
 	}
-	reaped, err := st.ReapExpired(ctx)
+	// A lost run's processes on this host are killed inside the
+	// transaction that ends the run, before its commit frees the task and
+	// its key's lane: the old process is gone before anyone else may take
+	// the task (a transaction that fails kills them all the same; their
+	// lease had expired). The group first (guarded against pid reuse),
+	// then anything of the run that left its group.
+	killed := map[string]bool{}
+	stop := func(rp queue.Reaped) {
+		if rp.Host == "" || rp.Host != opt.Host || killed[rp.RunID] {
+			return
+		}
+		if procs.KillGroup(rp.Pgid, rp.RunID) || procs.KillRuns([]string{rp.RunID}) > 0 {
+			killed[rp.RunID] = true
+		}
+	}
+	reaped, err := st.ReapExpiredThen(ctx, stop)
 	if err != nil {
 		return r, err
 	}
 	r.Reaped = len(reaped)
 	for _, rp := range reaped {
-		if rp.Host != "" && rp.Host == opt.Host {
-			// The group first (guarded against pid reuse), then anything of
-			// the run that left its group.
-			if procs.KillGroup(rp.Pgid, rp.RunID) || procs.KillRuns([]string{rp.RunID}) > 0 {
-				r.Killed++
-			}
-		}
 		if opt.Home != "" {
 			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
 		}
 	}
-	timedOut, err := st.TimeoutQueuedRunList(ctx)
+	// Likewise for a run the start timeout ends: its worker may have
+	// started the process and stalled before it recorded the start.
+	timedOut, err := st.TimeoutQueuedRunsThen(ctx, stop)
 	if err != nil {
 		return r, err
 	}
 	r.StartTimeout = len(timedOut)
 	for _, rp := range timedOut {
-		// Its worker may have started the process and stalled before it
-		// recorded the start: that process must be gone before the task
-		// can run again (two runs of one task never overlap).
-		if rp.Host != "" && rp.Host == opt.Host && procs.KillRuns([]string{rp.RunID}) > 0 {
-			r.Killed++
-		}
 		if opt.Home != "" {
 			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
 		}
 	}
+	r.Killed = len(killed)
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
 		return r, err
 	}

@@ -20,6 +20,12 @@ func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
 
 // TimeoutQueuedRunList is TimeoutQueuedRuns returning the runs it ended.
 func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
+	return s.TimeoutQueuedRunsThen(ctx, nil)
+}
+
+// TimeoutQueuedRunsThen is TimeoutQueuedRunList calling stop for each run
+// it ends, inside the transaction, before the commit (see ReapExpiredThen).
+func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
@@ -47,6 +53,9 @@ func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
 					return err
 				}
 				out = append(out, Reaped{RunID: r.ID, TaskID: r.TaskID, From: RunQueued, To: RunTimeout, Host: r.Host, Pgid: r.Pgid})
+				if stop != nil {
+					stop(out[len(out)-1])
+				}
 			}
 		}
 		return nil

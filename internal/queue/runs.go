@@ -787,6 +787,14 @@ type Reaped struct {
 // is still expired, so a run its worker completed or renewed meanwhile is
 // never touched.
 func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
+	return s.ReapExpiredThen(ctx, nil)
+}
+
+// ReapExpiredThen is ReapExpired calling stop for each run it ends, inside
+// the transaction, before the commit that frees the run's task (and its
+// key's lane) for another run: the caller kills the lost run's processes
+// there, so that they are gone before anyone may take the task again.
+func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
@@ -811,6 +819,9 @@ func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
 				return err
 			}
 			out = append(out, Reaped{RunID: r.ID, TaskID: r.TaskID, From: r.State, To: o.State, Host: r.Host, Pgid: r.Pgid})
+			if stop != nil {
+				stop(out[len(out)-1])
+			}
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -630,5 +631,34 @@ func TestCycleStartsThenEndsThenClaims(t *testing.T) {
 	evs.Close()
 	if strings.Join(kinds, " ") != "run.queued run.running run.succeeded" {
 		t.Errorf("events of the fast run: %v", kinds)
+	}
+}
+
+// TestReapStopsBeforeTheCommit: ReapExpiredThen calls its stop function
+// for each run it ends before the commit, while every other connection
+// still sees the run running and its task doing: a lost run's processes
+// are killed there, before its task or key lane is free for another run.
+func TestReapStopsBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	c := b.toRunState(t, queue.RunRunning)
+	b.clk.Add(91 * time.Second)
+	var seen []string
+	reaped, err := b.st.ReapExpiredThen(b.ctx, func(r queue.Reaped) {
+		var run, task string
+		if err := b.st.DB.SQL.QueryRowContext(b.ctx, `SELECT r.state, t.state FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?`,
+			r.RunID).Scan(&run, &task); err != nil {
+			t.Error(err)
+		}
+		seen = append(seen, r.RunID+" "+run+" "+task)
+	})
+	if err != nil || len(reaped) != 1 {
+		t.Fatalf("reap = %v, %v", reaped, err)
+	}
+	if want := []string{c.RunID + " running doing"}; !slices.Equal(seen, want) {
+		t.Fatalf("stop saw %q, want %q (called once, before the commit)", seen, want)
+	}
+	if got := b.taskState(t, c.TaskID); got != queue.TaskBlocked {
+		t.Fatalf("task after the reap = %s, want blocked (transient retry)", got)
 	}
 }
