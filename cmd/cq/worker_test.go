@@ -1503,3 +1503,22 @@ func TestWorkerSupervisorRestarts(t *testing.T) {
 	}
 	e.waitProcs(r.ID, 0, 10*time.Second)
 }
+
+// TestWorkerKillsWhatARunLeftBehind: a process a run started outside its
+// process group (setsid) is left alone while the run lives, and killed
+// once the run has ended on its own, so it cannot overlap the task's next
+// run or the next task of its key.
+func TestWorkerKillsWhatARunLeftBehind(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "leaves", "--key", "k", "--shell", `setsid sleep 300 & exit 0`)
+	// The daemon outlives one poll sweep before its run ends: it must
+	// still be there to write the file the run waits for.
+	e.ok("enqueue", "--id", "keeps", "--key", "k", "--shell",
+		`setsid sh -c 'sleep 1.5; touch kept; exec sleep 300' & i=0; while [ ! -e kept ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done`)
+	e.startWorker("A")
+	leaves := e.waitTask("leaves", "done", 60*time.Second)
+	keeps := e.waitTask("keeps", "done", 60*time.Second)
+	for _, r := range []wkRun{leaves.Runs[0], keeps.Runs[0]} {
+		e.waitProcs(r.ID, 0, 20*time.Second)
+	}
+}

@@ -106,3 +106,29 @@ func hasEnv(pid int, want []byte) bool {
 	}
 	return false
 }
+
+// RunOf returns the CQ_RUN_ID in process pid's environment ("" if it has
+// none or cannot be read, as for a zombie).
+func RunOf(pid int) string {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	const key = "CQ_RUN_ID="
+	id := ""
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(key)); ok {
+			id = string(v) // the last one wins, as for exec
+		}
+	}
+	return id
+}
+
+// Kill SIGKILLs process pid and, unless it is this process's own, its
+// process group.
+func Kill(pid int) {
+	if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && pgid != syscall.Getpgrp() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}

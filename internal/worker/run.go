@@ -295,7 +295,13 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	r.pidfd = -1
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &r.pidfd}
 	w.sup.expect(c.RunID)
-	if err := cmd.Start(); err != nil {
+	w.kidsMu.Lock()
+	err = cmd.Start()
+	if err == nil {
+		w.noteKid(cmd.Process.Pid, c.RunID)
+	}
+	w.kidsMu.Unlock()
+	if err != nil {
 		w.sup.del(0, c.RunID)
 		w.forgetPath(argv[0])
 		closeFiles()
@@ -383,6 +389,7 @@ func (w *Worker) launch(claims []*queue.Claimed) {
 			// every spawn waiting in spawnedC before it reads an exit.
 			w.spawnedC <- spawned{r: r}
 			r.wait()
+			w.forgetKid(r.pid)
 			w.exited <- r
 		}()
 	}
@@ -501,6 +508,9 @@ more:
 		return
 	}
 	w.launch(w.record(ctx, ends, claimN))
+	// The ended runs' leftovers outside their groups (setsid, daemons)
+	// were reparented here when the runs' processes exited.
+	w.sweepOrphans()
 }
 
 // ended cleans up after a run's process and works out its outcome; false

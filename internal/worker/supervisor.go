@@ -123,6 +123,19 @@ func (s *supervisor) send(op byte, pgid int, runID string) {
 	s.writeLocked(op, pgid, runID)
 }
 
+// pid is the current helper's pid (0 if none).
+func (s *supervisor) pid() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // expect records a run about to start: should the worker die before the
 // process group is known, its processes are found by CQ_RUN_ID.
 func (s *supervisor) expect(runID string) { s.send('+', 0, runID) }

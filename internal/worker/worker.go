@@ -118,6 +118,15 @@ type Worker struct {
 	// paths caches PATH lookups of command names (see command).
 	pathMu sync.Mutex
 	paths  map[string]pathEntry
+	// kids are the runs' own processes not reaped yet, pid → run id (see
+	// sweepOrphans); subreaper says orphans come to this process,
+	// childrenFile lists its main thread's children, and ownRunID is the
+	// worker's own CQ_RUN_ID when it runs as a task itself.
+	kidsMu       sync.Mutex
+	kids         map[int]string
+	subreaper    bool
+	childrenFile string
+	ownRunID     string
 }
 
 // New makes a worker over st.
@@ -139,6 +148,11 @@ func New(st *queue.Store, opt Options) *Worker {
 		wake:     make(chan struct{}, 1),
 		environ:  os.Environ(),
 		paths:    map[string]pathEntry{},
+		kids:     map[int]string{},
+		// Orphans are reparented to the main thread (the thread group
+		// leader, whose tid is the pid).
+		childrenFile: fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()),
+		ownRunID:     os.Getenv("CQ_RUN_ID"),
 		startTimer: func() *time.Timer {
 			t := time.NewTimer(time.Hour)
 			t.Stop()
@@ -169,6 +183,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sup = sup
 		defer w.sup.close()
 	}
+	w.subreaper = becomeSubreaper()
 	// Marks the store as held by a long-lived process: short commands
 	// leave the WAL to this worker's checkpoints (see db.TrimWAL).
 	if release, err := w.st.DB.Hold(); err == nil {
@@ -266,6 +281,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-w.wake:
 		case <-poll.C:
 			w.promoteIfDue(ctx)
+			w.sweepOrphans()
 		case <-cancelPoll.C:
 			w.checkCancels(ctx)
 		case <-hb.C:
