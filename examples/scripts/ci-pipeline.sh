@@ -13,11 +13,21 @@ branch=${1:?usage: ci-pipeline.sh BRANCH [SHARDS]}
 shards=${2:-3}
 cq=${CQ:-cq}
 out=$(mktemp -d)
+worker=
+# On the way out: stop the pipeline's worker, if any, then remove the
+# scratch folder the tasks shared.
+cleanup() {
+	if [ -n "$worker" ]; then
+		kill -TERM "$worker" 2>/dev/null || true
+		wait "$worker" 2>/dev/null || true
+	fi
+	rm -rf "$out"
+}
+trap cleanup EXIT
 
 if [ "${CQ_PIPELINE_WORKER:-0}" = 1 ]; then
 	"$cq" worker --concurrency 4 >/dev/null 2>"$out/worker.log" &
 	worker=$!
-	trap 'kill -TERM $worker 2>/dev/null; wait $worker 2>/dev/null || true' EXIT
 fi
 
 build=$("$cq" enqueue --key "build:$branch" --queue ci -- \

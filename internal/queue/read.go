@@ -287,7 +287,7 @@ type Event struct {
 	From   *string         `json:"from"`
 	To     *string         `json:"to"`
 	Reason *string         `json:"reason"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Data   json.RawMessage `json:"data"` // null when the event has none
 }
 
 // Events returns up to limit events with seq > since, in seq order.
