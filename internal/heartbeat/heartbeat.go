@@ -58,7 +58,9 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 		if rp.Host == "" || rp.Host != opt.Host || killed[rp.RunID] {
 			return
 		}
-		if procs.KillGroup(rp.Pgid, rp.RunID) || procs.KillRuns([]string{rp.RunID}) > 0 {
+		// Both: a group still alive does not mean nothing left it.
+		group := procs.KillGroup(rp.Pgid, rp.RunID)
+		if n := procs.KillRuns([]string{rp.RunID}); group || n > 0 {
 			killed[rp.RunID] = true
 		}
 	}

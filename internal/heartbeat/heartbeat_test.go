@@ -440,6 +440,29 @@ func TestPassKillsLostRunGroupOnThisHost(t *testing.T) {
 	}
 }
 
+// TestPassKillsWhatLeftTheGroupToo: a lost run whose process group is
+// still alive also loses the processes that left that group (setsid) but
+// carry its CQ_RUN_ID: they would overlap the task's next run.
+func TestPassKillsWhatLeftTheGroupToo(t *testing.T) {
+	e := hbSetup(t)
+	e.add(queue.Spec{ID: "lost", Queue: "q"})
+	c := e.claim("q", "lost", time.Minute)
+	leader, inGroup := hbSleeper(t, c.RunID)
+	_, escaped := hbSleeper(t, c.RunID) // a group of its own, as after setsid
+	e.start(c, leader.Process.Pid)
+	e.clk.Add(time.Minute + time.Millisecond)
+	if r := e.pass(heartbeat.Options{Host: "h-test"}); r.Reaped != 1 || r.Killed != 1 {
+		t.Errorf("reaped %d, killed %d; want 1, 1", r.Reaped, r.Killed)
+	}
+	for name, d := range map[string]chan struct{}{"the group": inGroup, "the process that left it": escaped} {
+		select {
+		case <-d:
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s of the lost run is alive 30s after the pass", name)
+		}
+	}
+}
+
 // TestPassStartTimeout: a run queued longer than its queue's start
 // timeout ends timeout (transient class), the task waits the transient
 // backoff and the pass then promotes it.
