@@ -21,10 +21,14 @@ func becomeSubreaper() bool {
 	return errno == 0
 }
 
-// noteKid records pid as the process of run runID; forgetKid drops it
-// once it is reaped. Under kidsMu, held across the fork, so that a sweep
-// never takes a run's own process for an orphan.
-func (w *Worker) noteKid(pid int, runID string) { w.kids[pid] = runID }
+// noteKid records pid as the process of run runID (under forkMu, shared,
+// held across the fork, so that a sweep never takes a run's own process
+// for an orphan); forgetKid drops it once it is reaped.
+func (w *Worker) noteKid(pid int, runID string) {
+	w.kidsMu.Lock()
+	w.kids[pid] = runID
+	w.kidsMu.Unlock()
+}
 
 func (w *Worker) forgetKid(pid int) {
 	w.kidsMu.Lock()
@@ -38,10 +42,20 @@ func (w *Worker) forgetKid(pid int) {
 // of this worker, with its process group; and it reaps those that have
 // exited. A run's descendants that it left running would otherwise
 // outlive it and overlap the task's next run, or the next task of its key.
-func (w *Worker) sweepOrphans() {
+//
+// After a batch of ends it does not wait for spawns in progress (wait
+// false): the loop goes on, and the next sweep, at the latest the one
+// every second (wait true), finds what this one skipped.
+func (w *Worker) sweepOrphans(wait bool) {
 	if !w.subreaper {
 		return
 	}
+	if wait {
+		w.forkMu.Lock()
+	} else if !w.forkMu.TryLock() {
+		return
+	}
+	defer w.forkMu.Unlock()
 	b, err := os.ReadFile(w.childrenFile)
 	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return

@@ -295,12 +295,12 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	r.pidfd = -1
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &r.pidfd}
 	w.sup.expect(c.RunID)
-	w.kidsMu.Lock()
+	w.forkMu.RLock()
 	err = cmd.Start()
 	if err == nil {
 		w.noteKid(cmd.Process.Pid, c.RunID)
 	}
-	w.kidsMu.Unlock()
+	w.forkMu.RUnlock()
 	if err != nil {
 		w.sup.del(0, c.RunID)
 		w.forgetPath(argv[0])
@@ -510,7 +510,7 @@ more:
 	w.launch(w.record(ctx, ends, claimN))
 	// The ended runs' leftovers outside their groups (setsid, daemons)
 	// were reparented here when the runs' processes exited.
-	w.sweepOrphans()
+	w.sweepOrphans(false)
 }
 
 // ended cleans up after a run's process and works out its outcome; false

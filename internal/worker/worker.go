@@ -122,8 +122,12 @@ type Worker struct {
 	// sweepOrphans); subreaper says orphans come to this process,
 	// childrenFile lists its main thread's children, and ownRunID is the
 	// worker's own CQ_RUN_ID when it runs as a task itself.
-	kidsMu       sync.Mutex
-	kids         map[int]string
+	kidsMu sync.Mutex
+	kids   map[int]string
+	// forkMu is held (shared) by every spawn across its fork and exec, so
+	// that a sweep (which takes it alone) never finds a run's process
+	// started but not yet in kids.
+	forkMu       sync.RWMutex
 	subreaper    bool
 	childrenFile string
 	ownRunID     string
@@ -281,7 +285,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-w.wake:
 		case <-poll.C:
 			w.promoteIfDue(ctx)
-			w.sweepOrphans()
+			w.sweepOrphans(true)
 		case <-cancelPoll.C:
 			w.checkCancels(ctx)
 		case <-hb.C:
