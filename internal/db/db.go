@@ -376,11 +376,8 @@ func (t *Tx) Savepoint(name string) error {
 // RollbackTo undoes the writes since the savepoint name, rows added since
 // included; the savepoint stays open.
 func (t *Tx) RollbackTo(name string) error {
-	i := t.mark(name)
-	if i < 0 {
-		return fmt.Errorf("no savepoint %q", name)
-	}
-	if _, err := t.c.ExecContext(t.ctx, "ROLLBACK TO "+name); err != nil {
+	i, err := t.endSavepoint("ROLLBACK TO ", name)
+	if err != nil {
 		return err
 	}
 	t.rows, t.n = t.rows[:0], 0
@@ -391,15 +388,23 @@ func (t *Tx) RollbackTo(name string) error {
 // Release closes the savepoint name and those opened after it; their
 // writes stay part of the transaction.
 func (t *Tx) Release(name string) error {
-	i := t.mark(name)
-	if i < 0 {
-		return fmt.Errorf("no savepoint %q", name)
-	}
-	if _, err := t.c.ExecContext(t.ctx, "RELEASE "+name); err != nil {
+	i, err := t.endSavepoint("RELEASE ", name)
+	if err != nil {
 		return err
 	}
 	t.savepoints = t.savepoints[:i]
 	return nil
+}
+
+// endSavepoint runs verb (ROLLBACK TO or RELEASE) on the open savepoint
+// name and returns its place among the open ones.
+func (t *Tx) endSavepoint(verb, name string) (int, error) {
+	i := t.mark(name)
+	if i < 0 {
+		return 0, fmt.Errorf("no savepoint %q", name)
+	}
+	_, err := t.c.ExecContext(t.ctx, verb+name)
+	return i, err
 }
 
 func (t *Tx) mark(name string) int {

@@ -47,10 +47,7 @@ func KillRuns(runIDs []string) int {
 		}
 		for _, w := range wants {
 			if hasEnv(p.pid, w) {
-				if p.pgid > 1 && p.pgid != syscall.Getpgrp() {
-					_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-				}
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				kill(p.pid, p.pgid)
 				n++
 				break
 			}
@@ -94,12 +91,18 @@ func list() []proc {
 	return out
 }
 
-func hasEnv(pid int, want []byte) bool {
+// environ is process pid's environment, one KEY=VALUE per entry (none if
+// it cannot be read, as for a zombie).
+func environ(pid int) [][]byte {
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
-		return false
+		return nil
 	}
-	for _, kv := range bytes.Split(env, []byte{0}) {
+	return bytes.Split(env, []byte{0})
+}
+
+func hasEnv(pid int, want []byte) bool {
+	for _, kv := range environ(pid) {
 		if bytes.Equal(kv, want) {
 			return true
 		}
@@ -110,14 +113,9 @@ func hasEnv(pid int, want []byte) bool {
 // RunOf returns the CQ_RUN_ID in process pid's environment ("" if it has
 // none or cannot be read, as for a zombie).
 func RunOf(pid int) string {
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return ""
-	}
-	const key = "CQ_RUN_ID="
 	id := ""
-	for _, kv := range bytes.Split(env, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte(key)); ok {
+	for _, kv := range environ(pid) {
+		if v, ok := bytes.CutPrefix(kv, []byte("CQ_RUN_ID=")); ok {
 			id = string(v) // the last one wins, as for exec
 		}
 	}
@@ -127,7 +125,17 @@ func RunOf(pid int) string {
 // Kill SIGKILLs process pid and, unless it is this process's own, its
 // process group.
 func Kill(pid int) {
-	if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && pgid != syscall.Getpgrp() {
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		pgid = 0
+	}
+	kill(pid, pgid)
+}
+
+// kill SIGKILLs pid and its group pgid, unless that group is this
+// process's own (or none).
+func kill(pid, pgid int) {
+	if pgid > 1 && pgid != syscall.Getpgrp() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
