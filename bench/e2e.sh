@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/e2e.sh [path/to/cq] — end-to-end benchmark of cq against the tools a
-# user would pick instead (xargs, GNU parallel, task-spooler, nq), all run in
+# user would pick instead (xargs, GNU parallel, task-spooler, nq) and of the
+# floor of its contract (bench/floor run), all run in
 # one go on this machine so that the ratios are measured under the same
 # noise. bench/README.md says what each figure means.
 #
@@ -295,7 +296,24 @@ run_nq() {
 	fi
 }
 
-tools=(xargs spawnref cq)
+# The end-to-end floor (bench/floor/run.go): only the work cq's contract
+# requires of each task, so no tool keeping the contract can beat it here.
+run_floor() {
+	local d=$1 ran rc
+	"$FLOOR" backlog "$d" "$N" || return 1
+	cpu; C0=$C
+	stamp; T0=$T
+	ran=$("$FLOOR" run "$d" 2>"$d/floor.log")
+	rc=$?
+	stamp; T1=$T
+	cpu; C1=$C
+	if [[ $rc != 0 || $ran != "$N" ]]; then
+		warn "floor run in $d: exit $rc, ran ${ran:-none} of $N tasks"
+		return 1
+	fi
+}
+
+tools=(xargs spawnref cq floor)
 [[ -n $TSP ]] && tools+=(tsp)
 [[ -n $PARALLEL ]] && tools+=(parallel)
 [[ -n $NQ ]] && tools+=(nq)
@@ -303,6 +321,7 @@ declare -A label=(
 	[xargs]="xargs -P$CONC"
 	[spawnref]="Go spawn reference"
 	[cq]="cq worker -c $CONC"
+	[floor]="floor (contract only)"
 	[tsp]="tsp -S $CONC"
 	[parallel]="GNU parallel -j$CONC"
 	[nq]="nq ($CONC NQDIRs)"
@@ -586,11 +605,11 @@ for t in "${tools[@]}"; do
 	[[ -n ${fails[$t]:-} ]] && extra="  (${fails[$t]} failed runs left out)"
 	printf '%-22s %12.0f %19s %12s %8s%s\n' "${label[$t]}" "$m" "$(printf '%.0f–%.0f' "$lo" "$hi")" "$r_ref" "$r_tsp" "$extra"
 done
-for t in xargs spawnref cq tsp parallel nq; do
+for t in xargs spawnref cq floor tsp parallel nq; do
 	[[ " ${tools[*]} " == *" $t "* ]] || printf '%-22s %12s   (not installed)\n' "${label[$t]}" "-"
 done
 cpu_line="CPU per task (µs, user + sys of the tool and every process it waited for; median):"
-for t in xargs spawnref cq; do
+for t in xargs spawnref cq floor; do
 	[[ -n ${cpus[$t]:-} ]] || continue
 	read -r m _ < <(stats "${cpus[$t]}")
 	cpu_med[$t]=$m
@@ -659,7 +678,7 @@ if [[ -n ${RESULTS:-} ]]; then
 	mkdir -p "$(dirname "$RESULTS")"
 	{
 		printf 'e2e_tasks=%s\ne2e_runs=%s\ne2e_conc=%s\n' "$N" "$RUNS" "$CONC"
-		for t in xargs spawnref cq tsp parallel nq; do
+		for t in xargs spawnref cq floor tsp parallel nq; do
 			if [[ -n ${rates[$t]:-} ]]; then
 				read -r m lo hi _ < <(stats "${rates[$t]}")
 			else
@@ -668,7 +687,7 @@ if [[ -n ${RESULTS:-} ]]; then
 			printf 'tp_%s=%s\ntp_%s_min=%s\ntp_%s_max=%s\n' "$t" "$m" "$t" "$lo" "$t" "$hi"
 		done
 		printf 'files_per_run_us=%s\ncores=%s\n' "$files_us" "$(nproc)"
-		for t in xargs spawnref cq; do
+		for t in xargs spawnref cq floor; do
 			printf 'cpu_%s_us=%s\n' "$t" "${cpu_med[$t]:-nan}"
 		done
 		printf 'floor_rows_tasks_per_s=%s\n' "$rows_tps"

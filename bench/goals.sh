@@ -61,20 +61,13 @@ awk '
 			row("  same, against tsp", ">= 3 x tsp", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_tsp"]), count(r >= 3))
 		} else na("  same, against tsp", ">= 3 x tsp", "tsp not measured")
 
-		if (has("files_per_run_us") && has("tp_spawnref")) {
-			c = has("cores") ? f["cores"] : 2
-			ceil = 1 / (1 / f["tp_spawnref"] + f["files_per_run_us"] / 1e6 / c)
-			info("  ceiling: spawn + per-run folder alone", "(estimate, " c " cores)",
-				sprintf("%.0f/s = %.2f x spawn ref (folder %.0f us)", ceil, ceil / f["tp_spawnref"], f["files_per_run_us"]))
-		}
-		# The same with the store floor added: the three commits a task run
-		# alone needs (BenchmarkFloorClaimComplete, CPU-bound, one core).
-		k = "BenchmarkFloorClaimComplete|cycles/s"
-		if (has("files_per_run_us") && has("tp_spawnref") && has(k)) {
-			c = has("cores") ? f["cores"] : 2
-			ceil = 1 / (1 / f["tp_spawnref"] + (f["files_per_run_us"] / 1e6 + 1 / f[k]) / c)
-			info("  ceiling: same + 3 commits at the floor", "(estimate, " c " cores)",
-				sprintf("%.0f/s = %.2f x spawn ref (store %.0f us)", ceil, ceil / f["tp_spawnref"], 1e6 / f[k]))
+		# Measured in the same rounds: bench/floor run, only the work the
+		# contract requires of each task (three recorded transitions, a run
+		# folder, a spawn), in the shape of the cq worker.
+		if (has("tp_floor") && has("tp_spawnref")) {
+			r = f["tp_floor"] / f["tp_spawnref"]
+			info("  floor: only the work the contract needs", "(bench/floor run)",
+				sprintf("%.0f/s = %.2f x ref%s", f["tp_floor"], r, has("tp_cq") ? sprintf("; cq %.2f x floor", f["tp_cq"] / f["tp_floor"]) : ""))
 		}
 
 		# cq cannot run tasks faster than its CPU time per task allows
@@ -84,6 +77,12 @@ awk '
 			ceil = c * 1e6 / f["cpu_cq_us"]
 			info("  CPU per task, cq / spawn ref", "",
 				sprintf("%.0f / %.0f us: at most %.0f/s = %.2f x", f["cpu_cq_us"], f["cpu_spawnref_us"], ceil, ceil / f["tp_spawnref"]))
+		}
+		if (has("cpu_floor_us") && has("cpu_spawnref_us") && has("tp_spawnref")) {
+			c = has("cores") ? f["cores"] : 2
+			ceil = c * 1e6 / f["cpu_floor_us"]
+			info("  CPU per task, floor / spawn ref", "",
+				sprintf("%.0f / %.0f us: at most %.0f/s = %.2f x", f["cpu_floor_us"], f["cpu_spawnref_us"], ceil, ceil / f["tp_spawnref"]))
 		}
 
 		g = "one cq enqueue call, median"

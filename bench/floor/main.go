@@ -14,6 +14,11 @@
 //	                    task one 240-byte row and two 85-byte rows (a
 //	                    task and its two events), 256 tasks per INSERT;
 //	                    prints tasks per second
+//	floor backlog DIR N a store in DIR with N `true` tasks waiting
+//	floor run DIR       runs them, 4 at a time, with only the work cq's
+//	                    contract requires of each (three recorded
+//	                    transitions, a run folder, a spawn; see run.go):
+//	                    the end-to-end floor; prints how many it ran
 package main
 
 import (
@@ -134,6 +139,7 @@ func main() {
 			return nil
 		},
 	})
+	root.AddCommand(runCmds()...)
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
