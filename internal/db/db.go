@@ -118,11 +118,6 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_txlock", "immediate")
-	// Incremental auto-vacuum takes effect only on a new, empty file; it
-	// lets cq cleanup give freed pages back in small steps instead of a
-	// VACUUM that locks everything. On every connection, so whichever one
-	// creates the schema has it.
-	q.Set("_auto_vacuum", "incremental")
 	// Each connection keeps its statements prepared: preparing was 40 % of
 	// an enqueue's CPU time.
 	q.Set("_stmt_cache_size", "128")
@@ -204,16 +199,35 @@ func (d *DB) checkVersion(ctx context.Context) (int, error) {
 // needs an exclusive lock, and SQLite answers busy at once (without its
 // busy handler, to avoid a deadlock) when another process opening the same
 // new database holds a shared one; so it is retried here.
+//
+// A new, empty file also gets incremental auto-vacuum here, which lets cq
+// cleanup give freed pages back in small steps instead of a VACUUM that
+// locks everything. SQLite fixes it when it writes the file's first page,
+// which the WAL switch does, so it is set just before, on the same
+// connection. Never on every connection: on a store that has pages, the
+// pragma is a write (page 1), so each command would take the write lock
+// and append to the WAL, even a read or a refusal of a newer store.
 func (d *DB) walMode(ctx context.Context) error {
+	conn, err := d.SQL.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer conn.Close()
 	deadline := time.Now().Add(busyTimeout)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		var mode string
-		if err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil && !isBusy(err) {
+		if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil && !isBusy(err) {
 			return fmt.Errorf("read journal mode: %w", err)
 		} else if err == nil && strings.EqualFold(mode, "wal") {
 			return nil
 		}
-		err := d.SQL.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		var pages int
+		if err := conn.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err == nil && pages == 0 {
+			if _, err := conn.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
+				return fmt.Errorf("set auto-vacuum: %w", err)
+			}
+		}
+		err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
 		switch {
 		case err == nil && strings.EqualFold(mode, "wal"):
 			return nil

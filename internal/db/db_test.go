@@ -214,12 +214,15 @@ func TestStateChecksHoldAfterTheirRewrite(t *testing.T) {
 // refused with ErrFutureSchema and left exactly as it was (SPEC section 1).
 func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
 	t.Parallel()
-	for _, journal := range []string{"wal", "delete"} {
-		t.Run(journal, func(t *testing.T) {
+	// Each with incremental auto-vacuum as cq makes its stores, and
+	// without: setting it again on every connection wrote page 1.
+	for _, mode := range []string{"wal/incremental", "wal/none", "delete/incremental", "delete/none"} {
+		journal, vacuum, _ := strings.Cut(mode, "/")
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			path := filepath.Join(dir, "cq.db")
-			raw, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode="+journal)
+			raw, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode="+journal+"&_auto_vacuum="+vacuum)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,6 +358,12 @@ func TestConcurrentOpenOfANewPath(t *testing.T) {
 				if v := userVersion(t, d.SQL); v != db.LatestVersion() {
 					t.Errorf("user_version = %d, want %d", v, db.LatestVersion())
 				}
+				// Whichever opener made the file, it has incremental
+				// auto-vacuum (cq cleanup gives pages back with it).
+				var av int
+				if err := d.SQL.QueryRow(`PRAGMA auto_vacuum`).Scan(&av); err != nil || av != 2 {
+					t.Errorf("auto_vacuum = %d (%v), want 2 (incremental)", av, err)
+				}
 				d.Close()
 			}
 		}
@@ -362,6 +371,62 @@ func TestConcurrentOpenOfANewPath(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestOpeningAStoreWritesNothing: opening an up-to-date store and reading
+// from it neither writes (the WAL stays as it was) nor waits for the
+// write lock, which another process may hold for a long batch.
+func TestOpeningAStoreWritesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	first, err := db.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	// Another writer holds the write lock until the reads below are done.
+	conn, err := first.SQL.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.ExecContext(context.Background(), `ROLLBACK`) }()
+	walBefore := fileSize(t, path+"-wal")
+
+	for i := 0; i < 3; i++ {
+		// Well below the busy timeout: a wait for the lock fails here.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := db.Open(ctx, path)
+		if err != nil {
+			cancel()
+			t.Fatalf("open %d beside a writer: %v", i, err)
+		}
+		var c int
+		err = d.SQL.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks`).Scan(&c)
+		cancel()
+		d.Close()
+		if err != nil {
+			t.Fatalf("read %d beside a writer: %v", i, err)
+		}
+	}
+	if after := fileSize(t, path+"-wal"); after != walBefore {
+		t.Errorf("the WAL went from %d to %d bytes: opening and reading wrote to the store", walBefore, after)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }
 
 func TestPathFromURL(t *testing.T) {
