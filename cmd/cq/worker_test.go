@@ -1148,6 +1148,10 @@ func TestWorkerGracefulStop(t *testing.T) {
 	if st.State != "todo" || len(st.Runs) != 1 || st.Runs[0].State != "cancelled" || nullStr(st.Runs[0].Reason) != "released" {
 		t.Fatalf("stubborn: task %s, runs %v; want todo, one run cancelled with reason released", st.State, st.Runs)
 	}
+	// Killed by the stop: SIGTERM is ignored, so SIGKILL 2 s later.
+	if sig := nullStr(st.Runs[0].Signal); sig != "SIGKILL" || st.Runs[0].ExitCode != nil {
+		t.Errorf("stubborn's released run: signal %q, exit code %v; want SIGKILL and null", sig, st.Runs[0].ExitCode)
+	}
 	if _, err := os.Stat(filepath.Join(e.home, "runs", r.ID, "summary.json")); err != nil {
 		t.Errorf("released run has no summary.json: %v", err)
 	}

@@ -575,7 +575,10 @@ func finishTx(ctx context.Context, tx *db.Tx, now time.Time, f Finish) (string, 
 		if r.State == RunCancelling {
 			reason = ""
 		}
-		return endRun(ctx, tx, now, r, Outcome{State: RunCancelled}, reason)
+		// How its process ended (the signal of the stop's kill, or an
+		// exit code) is kept; a run released before its start has none.
+		o := f.Outcome
+		return endRun(ctx, tx, now, r, Outcome{State: RunCancelled, ExitCode: o.ExitCode, Signal: o.Signal, Error: o.Error}, reason)
 	}
 	return endRun(ctx, tx, now, r, f.Outcome, "")
 }

@@ -305,6 +305,13 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		w.sup.del(0, c.RunID)
 		w.forgetPath(argv[0])
 		closeFiles()
+		// The kernel gives the same error for a missing working folder as
+		// for a missing command: name the folder when it is the cause.
+		if sp.Cwd != "" {
+			if _, serr := os.Stat(sp.Cwd); serr != nil {
+				return fail(queue.ClassTransient, "spawn: working folder: "+serr.Error())
+			}
+		}
 		return fail(queue.ClassTransient, "spawn: "+err.Error())
 	}
 	r.cmd, r.pid, r.pgid, r.started = cmd, cmd.Process.Pid, cmd.Process.Pid, time.Now()
