@@ -7,20 +7,28 @@ import (
 	"os"
 )
 
-// PrivateDir creates dir (and parents) if needed and makes it 0700.
-// Several processes may call it at once on the same path.
+// PrivateDir creates dir (and parents) if needed, 0700 whatever the
+// umask. A folder that already exists is left as it is: the user chose
+// it (--home ~ must not change the mode of a home folder, nor
+// --home /srv/shared that of a shared one). Several processes may call
+// it at once on the same path.
 func PrivateDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("home %s is not a folder", dir)
+		}
+		return nil
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("cannot create home folder: %w", err)
 	}
-	st, err := os.Stat(dir)
-	if err != nil {
+	if st, err = os.Stat(dir); err != nil {
 		return err
 	}
-	if !st.IsDir() {
-		return fmt.Errorf("home %s is not a folder", dir)
-	}
 	if st.Mode().Perm() != 0o700 {
+		// Made just now (here or by a process racing this one) under a
+		// umask that took bits away: give them back.
 		if err := os.Chmod(dir, 0o700); err != nil {
 			return fmt.Errorf("cannot make home folder private: %w", err)
 		}
