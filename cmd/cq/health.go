@@ -60,13 +60,20 @@ cron line writing a textfile-collector file never leaves it stale.`,
 				}
 				return nil
 			case "json", "jsonl":
-				if app.format() == "json" {
+				if app.Quiet {
+					// -q: the verdict alone, one word (its exit code says it too).
+					_, err = fmt.Fprintln(app.Stdout, h.Status)
+				} else if app.format() == "json" {
 					err = writeJSON(app.Stdout, h)
 				} else {
 					err = writeJSONLine(app.Stdout, h)
 				}
 			default:
-				err = app.printHealth(h)
+				if app.Quiet {
+					_, err = fmt.Fprintln(app.Stdout, h.Status)
+				} else {
+					err = app.printHealth(h)
+				}
 			}
 			if err != nil {
 				return err
