@@ -39,11 +39,11 @@ func newQueueLsCmd(app *App) *cobra.Command {
 				}
 				return nil
 			}
-			dash := func(s string) string {
-				if s == "" {
+			dash := func(s *string) string {
+				if s == nil {
 					return "-"
 				}
-				return s
+				return *s
 			}
 			var rows [][]string
 			for _, q := range qs {

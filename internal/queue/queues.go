@@ -10,18 +10,18 @@ import (
 
 // Queue is a queue's settings and live counts as cq prints them.
 type Queue struct {
-	Name             string `json:"name"`
-	Paused           bool   `json:"paused"`
-	Concurrency      int    `json:"concurrency"`
-	Retries          int    `json:"retries"`
-	Backoff          string `json:"backoff"`
-	TransientRetries int    `json:"transient_retries"`
-	TimeoutRetries   int    `json:"timeout_retries"`
-	Timeout          string `json:"timeout"`
-	StartTimeout     string `json:"start_timeout"`
-	WarnAfter        string `json:"warn_after"`
-	Backlog          int    `json:"backlog"`
-	Running          int    `json:"running"`
+	Name             string  `json:"name"`
+	Paused           bool    `json:"paused"`
+	Concurrency      int     `json:"concurrency"`
+	Retries          int     `json:"retries"`
+	Backoff          string  `json:"backoff"`
+	TransientRetries int     `json:"transient_retries"`
+	TimeoutRetries   int     `json:"timeout_retries"`
+	Timeout          *string `json:"timeout"` // null: no run time limit
+	StartTimeout     string  `json:"start_timeout"`
+	WarnAfter        string  `json:"warn_after"`
+	Backlog          int     `json:"backlog"`
+	Running          int     `json:"running"`
 }
 
 // QueueSettings are the settable fields of a queue; nil leaves a field as
@@ -39,9 +39,6 @@ type QueueSettings struct {
 }
 
 func msString(ms int64) string {
-	if ms == 0 {
-		return ""
-	}
 	return (time.Duration(ms) * time.Millisecond).String()
 }
 
@@ -64,7 +61,11 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
 			&timeout, &start, &warn, &q.Backlog, &q.Running); err != nil {
 			return nil, err
 		}
-		q.Backoff, q.Timeout, q.StartTimeout, q.WarnAfter = msString(backoff), msString(timeout), msString(start), msString(warn)
+		q.Backoff, q.StartTimeout, q.WarnAfter = msString(backoff), msString(start), msString(warn)
+		if timeout > 0 {
+			t := msString(timeout)
+			q.Timeout = &t
+		}
 		out = append(out, q)
 	}
 	return out, rows.Err()
