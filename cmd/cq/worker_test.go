@@ -1170,6 +1170,41 @@ func TestWorkerGracefulStop(t *testing.T) {
 	}
 }
 
+// TestWorkerCancelDuringGracefulStop: a cancel that comes while a
+// stopping worker gives its runs their grace is acted on within about a
+// second, not when the grace runs out: the run ends cancelled (not
+// released) and the task cancelled.
+func TestWorkerCancelDuringGracefulStop(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "long", "--shell", `touch long-started; sleep 100 & wait`)
+	const grace = 60 * time.Second
+	w := e.startWorker("w", "--grace", grace.String())
+	e.waitFile("long-started")
+	r := e.waitRunning("long", 1)
+	w.signal(syscall.SIGTERM)
+	// The stop has begun once the worker has logged it.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(w.stderr.String(), "worker.stopping") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never logged worker.stopping:\n%s", w.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancelled := time.Now()
+	e.ok("cancel", "long")
+	// Well inside the grace: a cancel waiting for the grace to end fails.
+	if code := w.wait(grace / 3); code != 0 {
+		t.Fatalf("worker exited %d, want 0", code)
+	}
+	t.Logf("the worker stopped %v after the cancel", time.Since(cancelled).Round(time.Millisecond))
+	w.checkLog()
+	e.waitProcs(r.ID, 0, 5*time.Second)
+	st := e.show("long")
+	if st.State != "cancelled" || len(st.Runs) != 1 || st.Runs[0].State != "cancelled" || nullStr(st.Runs[0].Reason) == "released" {
+		t.Fatalf("long: task %s, runs %v; want cancelled, one run cancelled by the user (not released)", st.State, st.Runs)
+	}
+}
+
 // ---- more of section 6 ----
 
 // TestWorkerKeyLaneHoldsBack: inside one key lane, a task blocked for a

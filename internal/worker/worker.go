@@ -483,6 +483,10 @@ func (w *Worker) stop() error {
 	w.flushStarts(ctx)
 	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
 	deadline := time.After(w.opt.Grace)
+	// A user's cancel is still noticed within a second while the runs
+	// have their grace.
+	cancelPoll := time.NewTicker(w.opt.CancelPoll)
+	defer cancelPoll.Stop()
 	for w.live() > 0 {
 		var startC <-chan time.Time
 		if w.startArmed {
@@ -495,6 +499,8 @@ func (w *Worker) stop() error {
 			w.adopt(ctx, &sp)
 		case <-startC:
 			w.flushStarts(ctx)
+		case <-cancelPoll.C:
+			w.checkCancels(ctx)
 		case <-deadline:
 			if w.killAll == "" {
 				w.killAll = killRelease
