@@ -231,13 +231,22 @@ func (s Spec) Normalize() (Spec, error) {
 	case kinds > 1:
 		return n, invalidf("give only one of a command, --shell and --intent")
 	}
-	for _, a := range n.Cmd {
+	// A spec is stored as JSON, which holds text only: bytes that are not
+	// UTF-8 would come back as U+FFFD, a different argument. They are
+	// refused rather than changed.
+	for i, a := range n.Cmd {
 		if strings.IndexByte(a, 0) >= 0 {
 			return n, invalidf("command arguments may not contain NUL bytes")
+		}
+		if !utf8.ValidString(a) {
+			return n, invalidf("command argument %d is not valid UTF-8 (cq stores commands as text)", i+1)
 		}
 	}
 	if strings.IndexByte(n.Shell, 0) >= 0 {
 		return n, invalidf("--shell may not contain NUL bytes")
+	}
+	if !utf8.ValidString(n.Shell) {
+		return n, invalidf("--shell is not valid UTF-8 (cq stores commands as text)")
 	}
 	if len(n.Payload) > 0 {
 		if n.Intent == "" {
@@ -340,8 +349,14 @@ func (s Spec) Normalize() (Spec, error) {
 		if strings.IndexByte(v, 0) >= 0 {
 			return n, invalidf("environment variable %s may not contain NUL bytes", k)
 		}
+		if !utf8.ValidString(v) {
+			return n, invalidf("environment variable %s is not valid UTF-8 (cq stores it as text)", k)
+		}
 	}
 	if n.Cwd != "" {
+		if !utf8.ValidString(n.Cwd) {
+			return n, invalidf("cwd is not valid UTF-8 (cq stores it as text)")
+		}
 		if !filepath.IsAbs(n.Cwd) {
 			return n, invalidf("cwd %q is not an absolute path", n.Cwd)
 		}
