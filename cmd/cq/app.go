@@ -85,6 +85,23 @@ func (a *App) dbPath(home string) (string, error) {
 // drains the spool into it first, as every command that opens the
 // database does.
 func (a *App) Store(ctx context.Context) (*queue.Store, error) {
+	return a.openStore(ctx, false)
+}
+
+// readDrainWait is how long a command that only reads waits for the spool
+// lock, and then for the store's write lock, to drain the spool.
+const readDrainWait = time.Second
+
+// ReadStore is Store for a command that only reads (ls, show, logs, wait,
+// events, health, queue ls): when another process holds the spool lock
+// or the store's write lock for more than readDrainWait, it reads without
+// draining rather than queue behind that write; the lines stay in the
+// spool for the next command, worker or heartbeat.
+func (a *App) ReadStore(ctx context.Context) (*queue.Store, error) {
+	return a.openStore(ctx, true)
+}
+
+func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error) {
 	if a.store != nil {
 		return a.store, nil
 	}
@@ -110,7 +127,12 @@ func (a *App) Store(ctx context.Context) (*queue.Store, error) {
 	if a.Now != nil {
 		s.Now = a.Now
 	}
-	n, err := s.DrainSpool(ctx, home)
+	var n int
+	if readOnly {
+		n, _, err = s.DrainSpoolWithin(ctx, home, readDrainWait)
+	} else {
+		n, err = s.DrainSpool(ctx, home)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("draining the spool: %w", err)
 	}

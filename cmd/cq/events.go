@@ -22,7 +22,7 @@ func newEventsCmd(app *App) *cobra.Command {
 				return usageErr("--since must be 0 or more")
 			}
 			ctx := cmd.Context()
-			st, err := app.Store(ctx)
+			st, err := app.ReadStore(ctx)
 			if err != nil {
 				return err
 			}

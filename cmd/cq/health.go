@@ -42,7 +42,7 @@ cron line writing a textfile-collector file never leaves it stale.`,
 			if th.SuccessUnhealthy > th.SuccessDegraded || th.BacklogDegraded > th.BacklogUnhealthy || th.BlockedDegraded > th.BlockedUnhealthy {
 				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
 			}
-			st, err := app.Store(cmd.Context())
+			st, err := app.ReadStore(cmd.Context())
 			if errors.Is(err, db.ErrUnsupported) {
 				return err // a postgres:// URL is refused (exit 1) by every command
 			}

@@ -21,7 +21,7 @@ func newLogsCmd(app *App) *cobra.Command {
 		Args:  exactArgs(1, "logs takes one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, err := app.Store(ctx)
+			st, err := app.ReadStore(ctx)
 			if err != nil {
 				return err
 			}

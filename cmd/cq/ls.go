@@ -24,7 +24,7 @@ func newLsCmd(app *App) *cobra.Command {
 			if f.Limit < 0 {
 				return usageErr("--limit must be 0 (all) or more")
 			}
-			st, err := app.Store(cmd.Context())
+			st, err := app.ReadStore(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,7 @@ func newQueueLsCmd(app *App) *cobra.Command {
 		Short: "List queues with their settings, backlog and running count",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := app.Store(cmd.Context())
+			st, err := app.ReadStore(cmd.Context())
 			if err != nil {
 				return err
 			}

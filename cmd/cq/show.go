@@ -14,7 +14,7 @@ func newShowCmd(app *App) *cobra.Command {
 		Short: "Show one task with all its runs, oldest first",
 		Args:  exactArgs(1, "show takes one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := app.Store(cmd.Context())
+			st, err := app.ReadStore(cmd.Context())
 			if err != nil {
 				return err
 			}

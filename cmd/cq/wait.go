@@ -30,7 +30,7 @@ interrupted by SIGINT (SIGTERM).`,
 				deadline = time.After(d)
 			}
 			ctx := cmd.Context()
-			st, err := app.Store(ctx)
+			st, err := app.ReadStore(ctx)
 			if err != nil {
 				return err
 			}

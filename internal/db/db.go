@@ -452,6 +452,22 @@ func (t *Tx) QueryRowContext(_ context.Context, q string, args ...any) *sql.Row 
 // no database/sql transaction (whose watcher goroutine per transaction and
 // per query in it cost more than the statements).
 func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
+	return d.write(ctx, 0, fn)
+}
+
+// ErrBusy is WriteWithin's answer when another connection held the write
+// lock for longer than it would wait.
+var ErrBusy = errors.New("store busy")
+
+// WriteWithin is Write that waits at most wait (instead of the busy
+// timeout) for another process's write lock; then it returns ErrBusy
+// having done nothing.
+func (d *DB) WriteWithin(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) error {
+	return d.write(ctx, max(wait, time.Millisecond), fn)
+}
+
+// write is Write; a wait above 0 bounds the BEGIN's wait for the lock.
+func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.wconn == nil {
@@ -471,7 +487,23 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	// BEGIN may wait up to the busy timeout for another process: that wait
 	// is the one the caller's context can cut short.
-	if _, err := d.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if wait > 0 {
+		if _, err := d.wconn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", wait.Milliseconds())); err != nil {
+			return wrapBusy(err)
+		}
+		_, err := d.wconn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		// The rest of the transaction (and every later one) waits as usual.
+		if _, rerr := d.wconn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())); rerr != nil && err == nil {
+			_, _ = d.wconn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			return rerr
+		}
+		if isBusy(err) {
+			return ErrBusy
+		}
+		if err != nil {
+			return err
+		}
+	} else if _, err := d.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return wrapBusy(err)
 	}
 	bg := context.WithoutCancel(ctx)

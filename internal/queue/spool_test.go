@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
+	"github.com/gofrs/flock"
 )
 
 // rejectedEntry is one line of queue.rejected.jsonl (SPEC section 1).
@@ -290,5 +292,69 @@ func TestDrainSpoolHugeLines(t *testing.T) {
 	lines := map[string]bool{rej[0].Line: true, rej[1].Line: true}
 	if !lines[tornHuge] || !lines[strings.ToValidUTF8(junk, "\uFFFD")] {
 		t.Fatalf("rejected file does not hold the junk and torn lines intact")
+	}
+}
+
+// TestDrainSpoolWithinGivesWayToAWriter: a command that only reads drains
+// the spool unless another process holds the spool lock or the store's
+// write lock past the wait; then it drains nothing, loses nothing, and
+// returns at once instead of queueing behind that writer.
+func TestDrainSpoolWithinGivesWayToAWriter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	line := spoolLine(t, queue.Spec{ID: "sp1"})
+	b.writeSpool(t, line+"\n")
+	const wait = 100 * time.Millisecond
+	// Far below the 30 s busy timeout: a drain that waits for it fails.
+	const within = 10 * time.Second
+
+	// Another process's write transaction (its own connection and pool).
+	other, err := sql.Open("sqlite3", "file:"+filepath.Join(b.home, "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(b.ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n, ok, err := b.st.DrainSpoolWithin(b.ctx, b.home, wait)
+	if took := time.Since(start); err != nil || ok || n != 0 || took > within {
+		t.Fatalf("beside a writer: drained %d, ok %v, err %v in %v; want 0, false, nil at once", n, ok, err, took)
+	}
+	if got := string(b.spoolBytes(t)); got != line+"\n" {
+		t.Fatalf("the spool changed while the store was busy: %q", got)
+	}
+	if _, err := conn.ExecContext(b.ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+
+	// The spool lock held by another process (an appender or a drainer).
+	l := flock.New(filepath.Join(b.home, spool.LockName))
+	if err := l.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	n, ok, err = b.st.DrainSpoolWithin(b.ctx, b.home, wait)
+	if took := time.Since(start); err != nil || ok || n != 0 || took > within {
+		t.Fatalf("beside the spool lock: drained %d, ok %v, err %v in %v; want 0, false, nil at once", n, ok, err, took)
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nobody in the way: it drains, and later writes wait as usual.
+	n, ok, err = b.st.DrainSpoolWithin(b.ctx, b.home, wait)
+	if err != nil || !ok || n != 1 {
+		t.Fatalf("alone: drained %d, ok %v, err %v; want 1, true, nil", n, ok, err)
+	}
+	b.wantState(t, "sp1", queue.TaskTodo, "")
+	if data := b.spoolBytes(t); len(data) != 0 {
+		t.Fatalf("spool not empty after the drain: %q", data)
 	}
 }

@@ -26,9 +26,29 @@ func SpoolLine(line []byte) (Spec, error) {
 // and enqueued as by cq enqueue, in one transaction; each line is stored
 // or rejected on its own (a savepoint per line).
 func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
-	return spool.Drain(home, s.Now, func(lines [][]byte) ([]spool.Reject, error) {
+	return spool.Drain(home, s.Now, s.storeSpooled(ctx, 0))
+}
+
+// DrainSpoolWithin is DrainSpool for a command that only reads: it waits
+// at most wait for the spool lock and at most wait again for the store's
+// write lock, and reports false, having drained nothing, when either was
+// held longer (the lines stay in the spool for the next drain): a read
+// then answers at once instead of queueing behind a long write.
+func (s *Store) DrainSpoolWithin(ctx context.Context, home string, wait time.Duration) (int, bool, error) {
+	n, ok, err := spool.DrainWithin(home, s.Now, wait, s.storeSpooled(ctx, wait))
+	if errors.Is(err, db.ErrBusy) {
+		return 0, false, nil
+	}
+	return n, ok, err
+}
+
+// storeSpooled stores spooled lines in one transaction; a wait above 0
+// bounds its wait for the write lock (db.ErrBusy past it).
+func (s *Store) storeSpooled(ctx context.Context, wait time.Duration) func(lines [][]byte) ([]spool.Reject, error) {
+	return func(lines [][]byte) ([]spool.Reject, error) {
 		var rejects []spool.Reject
-		err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+		body := func(tx *db.Tx) error {
+			now := s.now()
 			rejects = rejects[:0]
 			c := newCreator(tx, now)
 			for _, line := range lines {
@@ -44,9 +64,15 @@ func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
 				}
 			}
 			return nil
-		})
+		}
+		var err error
+		if wait > 0 {
+			err = s.DB.WriteWithin(ctx, wait, body)
+		} else {
+			err = s.DB.Write(ctx, body)
+		}
 		return rejects, err
-	})
+	}
 }
 
 // createSaved creates one spec inside a savepoint, so a failure undoes

@@ -5,6 +5,7 @@ package spool
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,6 +153,38 @@ func Drain(home string, now func() time.Time, store func(lines [][]byte) ([]Reje
 		return 0, err
 	}
 	defer func() { _ = l.Unlock() }()
+	return drainLocked(home, now, store)
+}
+
+// DrainWithin is Drain for a command that only reads: it waits at most
+// wait for the spool lock, and reports false, having drained nothing,
+// if another process held it that long (that process is draining or
+// appending; the lines stay for the next drain).
+func DrainWithin(home string, now func() time.Time, wait time.Duration, store func(lines [][]byte) ([]Reject, error)) (int, bool, error) {
+	if !Pending(home) {
+		return 0, true, nil
+	}
+	p := filepath.Join(home, LockName)
+	if err := fsutil.TouchPrivate(p); err != nil {
+		return 0, false, fmt.Errorf("spool lock: %w", err)
+	}
+	l := flock.New(p)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ok, err := l.TryLockContext(ctx, 10*time.Millisecond)
+	if !ok {
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return 0, false, fmt.Errorf("spool lock: %w", err)
+		}
+		return 0, false, nil
+	}
+	defer func() { _ = l.Unlock() }()
+	n, err := drainLocked(home, now, store)
+	return n, err == nil, err
+}
+
+// drainLocked is Drain's work, under the spool lock.
+func drainLocked(home string, now func() time.Time, store func(lines [][]byte) ([]Reject, error)) (int, error) {
 	f, err := fsutil.OpenPrivate(filepath.Join(home, FileName), os.O_RDWR)
 	if err != nil {
 		return 0, fmt.Errorf("spool: %w", err)
