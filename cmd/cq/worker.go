@@ -78,7 +78,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 	f.StringArrayVar(&opt.Queues, "queue", nil, "only claim from this queue (repeatable; default all)")
 	f.IntVarP(&opt.Concurrency, "concurrency", "c", 1, "runs at once")
 	f.BoolVar(&opt.Once, "once", false, "exit 0 when nothing is runnable and no run is left")
-	f.StringVar(&idleExit, "idle-exit", "", "exit 0 after being idle this long")
+	f.StringVar(&idleExit, "idle-exit", "", "exit 0 after being idle this long (0: never)")
 	f.StringVar(&lease, "lease", "90s", "lease TTL, renewed every TTL/3")
 	f.StringVar(&grace, "grace", "10s", "on stop or timeout, SIGTERM then SIGKILL after this long")
 	f.StringVar(&opt.Handlers, "handlers", "", "intent handlers folder (default $CQ_HANDLERS, <home>/handlers)")

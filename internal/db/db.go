@@ -619,10 +619,20 @@ func (d *DB) Close() error {
 func wrapBusy(err error) error {
 	var se sqlite3.Error
 	if errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked) {
-		return fmt.Errorf("store busy for too long: %w", err)
+		return busyError{err}
 	}
 	return err
 }
+
+// busyError says what a user can act on (another process kept the store
+// locked past the busy timeout) rather than SQLite's "database is locked".
+type busyError struct{ err error }
+
+func (e busyError) Error() string {
+	return fmt.Sprintf("store busy: another process held its write lock for more than %s; try again", busyTimeout)
+}
+
+func (e busyError) Unwrap() error { return e.err }
 
 // IsConstraint reports whether err is a SQLite constraint violation.
 func IsConstraint(err error) bool {

@@ -252,7 +252,8 @@ func (s Spec) Normalize() (Spec, error) {
 		if n.Intent == "" {
 			return n, invalidf("--payload needs --intent")
 		}
-		if !json.Valid(n.Payload) {
+		// JSON text is UTF-8; Go's decoder would let other bytes through.
+		if !json.Valid(n.Payload) || !utf8.Valid(n.Payload) {
 			return n, invalidf("payload is not valid JSON")
 		}
 		var buf bytes.Buffer

@@ -24,6 +24,7 @@ func TestNormalizeRefusesBytesJSONCannotHold(t *testing.T) {
 		"shell":     {queue.Spec{Shell: "echo " + bad}, "--shell is not valid UTF-8"},
 		"env value": {queue.Spec{Cmd: []string{"true"}, Env: map[string]string{"V": bad}}, "environment variable V is not valid UTF-8"},
 		"cwd":       {queue.Spec{Cmd: []string{"true"}, Cwd: "/tmp/" + bad}, "cwd is not valid UTF-8"},
+		"payload":   {queue.Spec{Intent: "x", Payload: []byte(`"` + bad + `"`)}, "payload is not valid JSON"},
 	} {
 		_, err := c.spec.Normalize()
 		var qe *queue.Error
