@@ -34,6 +34,8 @@ type App struct {
 	store *queue.Store
 	// drained is how many spool lines opening the store drained.
 	drained int
+	// drainSkipped: ReadStore left the spool undrained (a lock was busy).
+	drainSkipped bool
 }
 
 // Home resolves the home folder (SPEC section 1) and creates it private.
@@ -129,7 +131,9 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	}
 	var n int
 	if readOnly {
-		n, _, err = s.DrainSpoolWithin(ctx, home, readDrainWait)
+		var ok bool
+		n, ok, err = s.DrainSpoolWithin(ctx, home, readDrainWait)
+		a.drainSkipped = !ok
 	} else {
 		n, err = s.DrainSpool(ctx, home)
 	}
@@ -138,6 +142,25 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	}
 	a.store, a.drained = s, n
 	return s, nil
+}
+
+// DrainSkipped drains the spool now, waiting for the locks as a writing
+// command does, if ReadStore left it undrained; it reports whether it
+// did. A command that only reads calls it when an id it was given is
+// not in the store: the id may be a spooled task not stored yet.
+func (a *App) DrainSkipped(ctx context.Context) (bool, error) {
+	if a.store == nil || !a.drainSkipped {
+		return false, nil
+	}
+	home, err := a.Home()
+	if err != nil {
+		return false, err
+	}
+	if _, err := a.store.DrainSpool(ctx, home); err != nil {
+		return false, fmt.Errorf("draining the spool: %w", err)
+	}
+	a.drainSkipped = false
+	return true, nil
 }
 
 // format returns the output format: table, json or jsonl.

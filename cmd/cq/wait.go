@@ -36,7 +36,16 @@ interrupted by SIGINT (SIGTERM).`,
 			}
 			ids := make([]string, len(args))
 			for i, ref := range args {
-				if ids[i], err = st.Resolve(ctx, ref); err != nil {
+				ids[i], err = st.Resolve(ctx, ref)
+				if queue.IsNotFound(err) {
+					// Perhaps spooled and not stored yet: drain, then look again.
+					if drained, derr := app.DrainSkipped(ctx); derr != nil {
+						return derr
+					} else if drained {
+						ids[i], err = st.Resolve(ctx, ref)
+					}
+				}
+				if err != nil {
 					return err
 				}
 			}
