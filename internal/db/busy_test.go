@@ -24,7 +24,7 @@ func TestBusyErrorSpeaksToTheUser(t *testing.T) {
 		}
 	}
 	other := errors.New("disk I/O error")
-	if got := wrapBusy(other); got != other {
+	if got := wrapBusy(other); !errors.Is(got, other) || got.Error() != other.Error() {
 		t.Errorf("a non-busy error was rewrapped: %v", got)
 	}
 }
