@@ -163,6 +163,24 @@ func (a *App) DrainSkipped(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// findAfterDrain runs find, a lookup of a task by a command that only
+// reads; if the task is not found and ReadStore left the spool undrained,
+// it drains (see DrainSkipped) and looks once more: the task may have
+// been spooled just before.
+func findAfterDrain[T any](ctx context.Context, a *App, find func() (T, error)) (T, error) {
+	v, err := find()
+	if queue.IsNotFound(err) {
+		drained, derr := a.DrainSkipped(ctx)
+		if derr != nil {
+			return v, derr
+		}
+		if drained {
+			return find()
+		}
+	}
+	return v, err
+}
+
 // format returns the output format: table, json or jsonl.
 func (a *App) format() string {
 	if a.Output == "" {

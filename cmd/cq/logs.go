@@ -25,7 +25,7 @@ func newLogsCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := st.Get(ctx, args[0])
+			t, err := findAfterDrain(ctx, app, func() (*queue.Task, error) { return st.Get(ctx, args[0]) })
 			if err != nil {
 				return err
 			}

@@ -87,4 +87,11 @@ func TestReadsBesideALongWrite(t *testing.T) {
 		t.Fatalf("cq wait %s (spooled, lock held at the start): exit %d, stderr %q; want 124 (stored once drained, not finished)", id, r.code, r.errs)
 	}
 	e.code(0, "show", id)
+
+	// The same for cq show: a task spooled while the lock is held is found
+	// once the drain can run (the lock is gone here, the drain not skipped,
+	// so this checks the common path; the wait above checks the fallback).
+	id2 := strings.TrimSpace(e.code(0, "enqueue", "--spool", "--", "true"))
+	e.code(0, "show", id2)
+	e.code(4, "logs", id2) // no run yet
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
 )
 
@@ -18,7 +19,7 @@ func newShowCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := st.Get(cmd.Context(), args[0])
+			t, err := findAfterDrain(cmd.Context(), app, func() (*queue.Task, error) { return st.Get(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
 			}

@@ -36,16 +36,7 @@ interrupted by SIGINT (SIGTERM).`,
 			}
 			ids := make([]string, len(args))
 			for i, ref := range args {
-				ids[i], err = st.Resolve(ctx, ref)
-				if queue.IsNotFound(err) {
-					// Perhaps spooled and not stored yet: drain, then look again.
-					if drained, derr := app.DrainSkipped(ctx); derr != nil {
-						return derr
-					} else if drained {
-						ids[i], err = st.Resolve(ctx, ref)
-					}
-				}
-				if err != nil {
+				if ids[i], err = findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) }); err != nil {
 					return err
 				}
 			}
