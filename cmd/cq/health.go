@@ -53,27 +53,21 @@ cron line writing a textfile-collector file never leaves it stale.`,
 			if err != nil {
 				return &exitErr{code: healthUnreadable, msg: "cannot read the store: " + err.Error()}
 			}
-			switch app.format() {
-			case "prometheus":
+			switch {
+			case app.format() == "prometheus":
 				if err := writePrometheus(app.Stdout, h); err != nil {
 					return &exitErr{code: healthUnreadable, msg: err.Error()}
 				}
 				return nil
-			case "json", "jsonl":
-				if app.Quiet {
-					// -q: the verdict alone, one word (its exit code says it too).
-					_, err = fmt.Fprintln(app.Stdout, h.Status)
-				} else if app.format() == "json" {
-					err = writeJSON(app.Stdout, h)
-				} else {
-					err = writeJSONLine(app.Stdout, h)
-				}
+			case app.Quiet:
+				// -q: the verdict alone, one word (its exit code says it too).
+				_, err = fmt.Fprintln(app.Stdout, h.Status)
+			case app.format() == "json":
+				err = writeJSON(app.Stdout, h)
+			case app.format() == "jsonl":
+				err = writeJSONLine(app.Stdout, h)
 			default:
-				if app.Quiet {
-					_, err = fmt.Fprintln(app.Stdout, h.Status)
-				} else {
-					err = app.printHealth(h)
-				}
+				err = app.printHealth(h)
 			}
 			if err != nil {
 				return err

@@ -42,12 +42,20 @@ type rejectedLine struct {
 	Line  string `json:"line"`
 }
 
-func lock(home string) (*flock.Flock, error) {
+// lockFile is the spool's lock file (made private if new), not yet locked.
+func lockFile(home string) (*flock.Flock, error) {
 	p := filepath.Join(home, LockName)
 	if err := fsutil.TouchPrivate(p); err != nil {
 		return nil, fmt.Errorf("spool lock: %w", err)
 	}
-	l := flock.New(p)
+	return flock.New(p), nil
+}
+
+func lock(home string) (*flock.Flock, error) {
+	l, err := lockFile(home)
+	if err != nil {
+		return nil, err
+	}
 	if err := l.Lock(); err != nil {
 		return nil, fmt.Errorf("spool lock: %w", err)
 	}
@@ -164,11 +172,10 @@ func DrainWithin(home string, now func() time.Time, wait time.Duration, store fu
 	if !Pending(home) {
 		return 0, true, nil
 	}
-	p := filepath.Join(home, LockName)
-	if err := fsutil.TouchPrivate(p); err != nil {
-		return 0, false, fmt.Errorf("spool lock: %w", err)
+	l, err := lockFile(home)
+	if err != nil {
+		return 0, false, err
 	}
-	l := flock.New(p)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	ok, err := l.TryLockContext(ctx, 10*time.Millisecond)
