@@ -182,3 +182,11 @@ UPDATE sqlite_schema SET sql = replace(sql,
     'CHECK (state = ''queued'' OR state = ''running'' OR state = ''cancelling'' OR state = ''succeeded'' OR state = ''failed'' OR state = ''timeout'' OR state = ''cancelled'')')
     WHERE type = 'table' AND name = 'runs';
 PRAGMA writable_schema = RESET;
+
+-- migration 6
+
+-- dep_end keeps how a dependency ended once cq cleanup has deleted it:
+-- a task cancelled because its dependency failed must stay unretriable
+-- after that dependency is gone (SPEC section 2), while a dependency that
+-- ended done and was deleted leaves nothing to wait for.
+ALTER TABLE task_deps ADD COLUMN dep_end TEXT;

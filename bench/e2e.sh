@@ -56,8 +56,8 @@ die() {
 if [[ $# -eq 0 ]]; then
 	cq_arg=$repo/bin/cq
 	if [[ ! -x $cq_arg ]]; then
-		say "building bin/cq (go build -o bin/cq ./cmd/cq)"
-		(cd "$repo" && go build -o bin/cq ./cmd/cq) || die "cannot build cq"
+		say "building bin/cq (make build)"
+		make -s -C "$repo" build || die "cannot build cq"
 	fi
 fi
 [[ -x $cq_arg ]] || die "no executable cq at $cq_arg"
@@ -84,10 +84,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 repo_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo '(no git)')
-SPAWNREF=$root/spawnref
-(cd "$repo" && go build -o "$SPAWNREF" ./bench/spawnref) || die "cannot build bench/spawnref"
-FLOOR=$root/floor
-(cd "$repo" && go build -o "$FLOOR" ./bench/floor) || die "cannot build bench/floor"
+# The floor is built as bin/cq is (the Makefile's BUILD_LDFLAGS): its
+# no-op and one-insert calls are the floors of a cq call.
+make -s -C "$repo" bench-bins || die "cannot build bench/floor and bench/spawnref (make bench-bins)"
+SPAWNREF=$repo/bin/spawnref
+FLOOR=$repo/bin/floor
 
 # Every tool's tasks run with the scratch folder as their working folder.
 cd "$root" || die "cannot enter $root"
@@ -430,16 +431,20 @@ CQ_HOME=$ld/home "$CQ" worker 2>"$ld/worker.log" &
 wpid=$!
 bg_pids+=("$wpid")
 # The stamp command: /bin/sh starts date, which writes the wall clock in µs.
-stampcmd() { printf 'date +%%s%%6N > %q' "$ld/stamps/$1"; }
-CQ_HOME=$ld/home "$CQ" enqueue --shell "$(stampcmd warmup)" >"$ld/id" || die "cq enqueue failed"
+# stampcmd sets cmd without a fork, before the clock starts: a command
+# substitution would add a fork of bash to every sample.
+stampcmd() { printf -v cmd 'date +%%s%%6N > %q' "$ld/stamps/$1"; }
+stampcmd warmup
+CQ_HOME=$ld/home "$CQ" enqueue --shell "$cmd" >"$ld/id" || die "cq enqueue failed"
 read -r id <"$ld/id"
 CQ_HOME=$ld/home "$CQ" wait "$id" --timeout 30s >/dev/null || die "the latency worker ran nothing in 30 s (see $ld/worker.log)"
 lat_call=() lat_commit=() lat_lost=0
 for ((i = 0; i < LAT_SAMPLES; i++)); do
 	nap 0.05 # the worker is idle again (waiting on inotify)
 	f=$ld/stamps/$i
+	stampcmd "$i"
 	stamp; a=$T
-	CQ_HOME=$ld/home "$CQ" enqueue --shell "$(stampcmd "$i")" >"$ld/id"
+	CQ_HOME=$ld/home "$CQ" enqueue --shell "$cmd" >"$ld/id"
 	stamp; b=$T
 	read -r id <"$ld/id"
 	deadline=$((b + 10000000))
@@ -463,8 +468,9 @@ bg_pids=()
 # What the stamp command itself costs when bash starts it (for reading the above).
 stampref=()
 for ((i = 0; i < 50; i++)); do
+	stampcmd ref
 	stamp; a=$T
-	sh -c "$(stampcmd ref)"
+	sh -c "$cmd"
 	read -r s <"$ld/stamps/ref"
 	stampref+=("$((s - a))")
 done

@@ -189,6 +189,12 @@ func (a *App) format() string {
 	return a.Output
 }
 
+// jsonOut reports whether a command that prints ids prints JSON instead:
+// -o json or jsonl, unless -q asks for the ids alone (SPEC section 5).
+func (a *App) jsonOut() bool {
+	return !a.Quiet && (a.format() == "json" || a.format() == "jsonl")
+}
+
 // stdoutIsTerminal decides between a drawn table and tab-separated lines.
 func (a *App) stdoutIsTerminal() bool {
 	f, ok := a.Stdout.(*os.File)

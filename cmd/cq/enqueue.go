@@ -70,6 +70,9 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 			sp.Cmd = []string{}
 		}
 	}
+	if fs.Changed("id") && f.id == "" {
+		return sp, usageErr("--id is empty (leave it out for a generated id)")
+	}
 	if fs.Changed("priority") && f.priority == "" {
 		return sp, usageErr("invalid priority \"\" (want P0, P1, P2 or P3)")
 	}
@@ -85,6 +88,9 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 	}
 	for _, e := range f.env {
 		k, v, ok := strings.Cut(e, "=")
+		if k == "" {
+			return sp, usageErr("--env %q: want NAME=VALUE or NAME", e)
+		}
 		if !ok {
 			val, set := os.LookupEnv(k)
 			if !set {
@@ -175,20 +181,32 @@ func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqu
 		if errors.As(err, &le) {
 			err = le.Err
 		}
-		var qe *queue.Error
-		if errors.As(err, &qe) && qe.Existing != "" {
-			fmt.Fprintln(app.Stdout, qe.Existing)
-		}
+		printHolder(app, err)
 		return err
 	}
 	return printCreated(app, res, false)
+}
+
+// printHolder prints, for a --unique refusal, the task that holds the key
+// (SPEC: exit 3, the existing task id on stdout): its id, or with -o json
+// one {id, state} object, the shape of one created task.
+func printHolder(app *App, err error) {
+	var qe *queue.Error
+	if !errors.As(err, &qe) || qe.Existing == "" {
+		return
+	}
+	if app.jsonOut() {
+		_ = writeJSONLine(app.Stdout, map[string]string{"id": qe.Existing, "state": qe.ExistingState})
+		return
+	}
+	fmt.Fprintln(app.Stdout, qe.Existing)
 }
 
 // printCreated prints the created tasks' ids, or with -o json {id, state}:
 // one object for one spec, and for --batch (list) an array, whatever its
 // length, so that its shape does not depend on the input.
 func printCreated(app *App, res []queue.Created, list bool) error {
-	if app.format() == "json" || app.format() == "jsonl" {
+	if app.jsonOut() {
 		out := make([]map[string]string, len(res))
 		for i, r := range res {
 			out[i] = map[string]string{"id": r.ID, "state": r.State}
@@ -244,6 +262,8 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 					return usageErr("unexpected arguments %q: put the command after --", strings.Join(before, " "))
 				}
 				return createSpecs(cmd, app, &f, argv, true)
+			case f.given(cmd.Flags()) && len(args) > 0:
+				return usageErr("enqueue ID takes no spec flags: an inbox task keeps the spec it was created with")
 			case f.given(cmd.Flags()):
 				return usageErr("empty command: give a command after --, --shell, or --intent")
 			case len(args) == 0:
@@ -258,7 +278,7 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 				if err != nil {
 					return err
 				}
-				if app.format() == "json" || app.format() == "jsonl" {
+				if app.jsonOut() {
 					return writeJSONLine(app.Stdout, map[string]string{"id": id, "state": state})
 				}
 				fmt.Fprintln(app.Stdout, id)
@@ -328,10 +348,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	if err != nil {
 		var le *queue.LineError
 		if errors.As(err, &le) {
-			var qe *queue.Error
-			if errors.As(le.Err, &qe) && qe.Existing != "" {
-				fmt.Fprintln(app.Stdout, qe.Existing)
-			}
+			printHolder(app, le.Err)
 			return &queue.Error{Code: queue.CodeOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
 		}
 		return err
@@ -383,7 +400,7 @@ func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) err
 	if err := spool.Append(home, line, now); err != nil {
 		return err
 	}
-	if app.format() == "json" || app.format() == "jsonl" {
+	if app.jsonOut() {
 		// Not in the store yet, so in no state: the drain gives it one.
 		return writeJSONLine(app.Stdout, map[string]any{"id": sp.ID, "spooled": true})
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +73,11 @@ func multi(stderr io.Writer, ids []string, fn func(id string) error) error {
 	first := 0
 	for _, id := range ids {
 		if err := fn(id); err != nil {
+			if errors.Is(err, context.Canceled) {
+				// Interrupted: execute ends the command silently, and
+				// the ids not yet reached are left alone.
+				return err
+			}
 			report(stderr, err)
 			if first == 0 {
 				first = codeOf(err)

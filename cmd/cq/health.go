@@ -39,6 +39,15 @@ cron line writing a textfile-collector file never leaves it stale.`,
 			if th.Window, err = queue.ParseDuration(window); err != nil || th.Window <= 0 {
 				return usageErr("--window: want a positive duration")
 			}
+			if th.SuccessDegraded < 0 || th.SuccessDegraded > 1 || th.SuccessUnhealthy < 0 || th.SuccessUnhealthy > 1 {
+				return usageErr("--success-degraded and --success-unhealthy are rates: want 0 to 1")
+			}
+			if th.BacklogDegraded < 0 || th.BacklogUnhealthy < 0 || th.BlockedDegraded < 0 || th.BlockedUnhealthy < 0 || th.FailedDegraded < 0 {
+				return usageErr("the backlog, blocked and failed thresholds are counts: want 0 or more")
+			}
+			if th.HeartbeatMaxAge < 0 {
+				return usageErr("--heartbeat-max-age must not be negative")
+			}
 			if th.SuccessUnhealthy > th.SuccessDegraded || th.BacklogDegraded > th.BacklogUnhealthy || th.BlockedDegraded > th.BlockedUnhealthy {
 				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
 			}

@@ -20,6 +20,9 @@ func newLogsCmd(app *App) *cobra.Command {
 		Short: "Print the output of a task's latest run (--run N, --stderr, --follow)",
 		Args:  exactArgs(1, "logs takes one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("run") && runN < 1 {
+				return usageErr("--run: want an attempt number, 1 or more")
+			}
 			ctx := cmd.Context()
 			st, err := app.ReadStore(ctx)
 			if err != nil {
@@ -35,7 +38,7 @@ func newLogsCmd(app *App) *cobra.Command {
 			}
 			r := runs[len(runs)-1]
 			if cmd.Flags().Changed("run") {
-				if runN < 1 || runN > len(runs) {
+				if runN > len(runs) {
 					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has no run " + itoa(runN)}
 				}
 				r = runs[runN-1]

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,9 +28,17 @@ func newLsCmd(app *App) *cobra.Command {
 			if f.Limit < 0 {
 				return usageErr("--limit must be 0 (all) or more")
 			}
+			if f.Queue != "" && !queue.ValidQueueName(f.Queue) {
+				return usageErr("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
+			}
 			st, err := app.ReadStore(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if f.Limit == 0 && (app.Quiet || app.format() != "table" || !app.stdoutIsTerminal()) {
+				// Everything, and nothing needs it all at once (a drawn
+				// table does, for its widths): stream it.
+				return app.streamTasks(cmd.Context(), st, f)
 			}
 			tasks, err := st.List(cmd.Context(), f)
 			if err != nil {
@@ -64,12 +76,72 @@ func (a *App) printTasks(tasks []*queue.Task) error {
 	}
 	rows := make([][]string, 0, len(tasks))
 	for _, t := range tasks {
-		reason := deref(t.BlockedReason)
-		if reason == "" && (t.State == queue.TaskCancelled || t.State == queue.TaskFailed) {
-			reason = deref(t.Reason)
-		}
-		rows = append(rows, []string{t.ID, t.State, t.Queue, deref(t.Key), t.Priority, strconv.Itoa(t.Attempts),
-			reason, t.CreatedAt, t.Command()})
+		rows = append(rows, taskRow(t))
 	}
-	return a.writeTable([]string{"ID", "STATE", "QUEUE", "KEY", "PRI", "ATTEMPTS", "REASON", "CREATED", "COMMAND"}, rows)
+	return a.writeTable(taskHeader, rows)
+}
+
+var taskHeader = []string{"ID", "STATE", "QUEUE", "KEY", "PRI", "ATTEMPTS", "REASON", "CREATED", "COMMAND"}
+
+// taskRow is a task's line in the ls table.
+func taskRow(t *queue.Task) []string {
+	reason := deref(t.BlockedReason)
+	if reason == "" && (t.State == queue.TaskCancelled || t.State == queue.TaskFailed) {
+		reason = deref(t.Reason)
+	}
+	return []string{t.ID, t.State, t.Queue, deref(t.Key), t.Priority, strconv.Itoa(t.Attempts),
+		reason, t.CreatedAt, t.Command()}
+}
+
+// streamTasks prints every task the filter selects as printTasks does
+// (ids, a JSON array, JSON lines, or tab-separated lines), one at a time
+// as the store yields them, so that memory stays flat however many.
+func (a *App) streamTasks(ctx context.Context, st *queue.Store, f queue.ListFilter) error {
+	w := bufio.NewWriterSize(a.Stdout, 64<<10)
+	n := 0
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("  ", "  ")
+	var each func(*queue.Task) error
+	switch {
+	case a.Quiet:
+		if err := st.ListIDEach(ctx, f, func(id string) error { _, err := w.WriteString(id + "\n"); return err }); err != nil {
+			return err
+		}
+		return w.Flush()
+	case a.format() == "json":
+		each = func(t *queue.Task) error {
+			// What writeJSON prints for the whole array, element by
+			// element.
+			buf.Reset()
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+			sep := ",\n  "
+			if n == 0 {
+				sep = "[\n  "
+			}
+			n++
+			w.WriteString(sep)
+			_, err := w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+			return err
+		}
+	case a.format() == "jsonl":
+		each = func(t *queue.Task) error { return writeJSONLine(w, t) }
+	default:
+		w.WriteString(strings.Join(taskHeader, "\t") + "\n")
+		each = func(t *queue.Task) error { return writeTSVRow(w, taskRow(t)) }
+	}
+	if err := st.ListEach(ctx, f, each); err != nil {
+		return err
+	}
+	if a.format() == "json" && !a.Quiet {
+		if n == 0 {
+			w.WriteString("[]\n")
+		} else {
+			w.WriteString("\n]\n")
+		}
+	}
+	return w.Flush()
 }

@@ -812,3 +812,19 @@ func opsHasOpen(pid int, name string) bool {
 	}
 	return false
 }
+
+// TestMultiStopsWhenInterrupted: a per-id command cut short by a signal
+// reports nothing and goes no further, so that execute exits 130 or 143
+// silently (TestOpsWaitInterrupted lands here when the signal comes while
+// cq wait looks its ids up).
+func TestMultiStopsWhenInterrupted(t *testing.T) {
+	var stderr bytes.Buffer
+	var reached []string
+	err := multi(&stderr, []string{"a", "b"}, func(id string) error {
+		reached = append(reached, id)
+		return fmt.Errorf("looking up %s: %w", id, context.Canceled)
+	})
+	if !errors.Is(err, context.Canceled) || stderr.Len() != 0 || len(reached) != 1 {
+		t.Errorf("multi interrupted: err %v, stderr %q, reached %v; want context.Canceled, nothing printed, only a", err, stderr.String(), reached)
+	}
+}

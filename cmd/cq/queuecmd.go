@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
 )
@@ -148,7 +149,7 @@ func newQueueClearCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := st.ClearQueue(cmd.Context(), args[0])
+			n, err := heartbeat.ClearQueue(cmd.Context(), st, args[0])
 			if err != nil {
 				return err
 			}

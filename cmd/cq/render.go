@@ -37,13 +37,25 @@ func (a *App) writeTable(header []string, rows [][]string) error {
 	w := bufio.NewWriter(a.Stdout)
 	w.WriteString(strings.Join(header, "\t") + "\n")
 	for _, r := range rows {
-		clean := make([]string, len(r))
-		for i, c := range r {
-			clean[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
+		if err := writeTSVRow(w, r); err != nil {
+			return err
 		}
-		w.WriteString(strings.Join(clean, "\t") + "\n")
 	}
 	return w.Flush()
+}
+
+var tsvCleaner = strings.NewReplacer("\t", " ", "\n", " ")
+
+// writeTSVRow writes one tab-separated line; tabs and newlines inside a
+// cell become spaces.
+func writeTSVRow(w *bufio.Writer, r []string) error {
+	for i, c := range r {
+		if i > 0 {
+			w.WriteByte('\t')
+		}
+		w.WriteString(tsvCleaner.Replace(c))
+	}
+	return w.WriteByte('\n')
 }
 
 func deref(s *string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -36,7 +37,7 @@ retries them with backoff, keeps their logs and reports health.`,
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%s", flagErrorText(err)) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&app.HomeFlag, "home", "", "home folder (default $CQ_HOME, $XDG_STATE_HOME/cq, ~/.local/state/cq)")
 	pf.StringVar(&app.DBFlag, "db", "", "database URL (default $CQ_DB, sqlite://<home>/cq.db)")
@@ -146,4 +147,27 @@ func newGroupCmd(use, short string) *cobra.Command {
 			return cmd.Help()
 		},
 	}
+}
+
+// flagErrorText is pflag's message for a value it could not parse, without
+// the strconv detail: `invalid argument "abc" for "--limit" flag:
+// strconv.ParseInt: parsing "abc": invalid syntax` becomes
+// `invalid argument "abc" for "--limit" flag: want a whole number`.
+func flagErrorText(err error) string {
+	msg := err.Error()
+	head, detail, ok := strings.Cut(msg, ": strconv.Parse")
+	if !ok {
+		return msg
+	}
+	switch {
+	case strings.HasSuffix(detail, "value out of range"):
+		return head + ": out of range"
+	case strings.HasPrefix(detail, "Int"), strings.HasPrefix(detail, "Uint"):
+		return head + ": want a whole number"
+	case strings.HasPrefix(detail, "Float"):
+		return head + ": want a number"
+	case strings.HasPrefix(detail, "Bool"):
+		return head + ": want true or false"
+	}
+	return head
 }

@@ -27,6 +27,9 @@ interrupted by SIGINT (SIGTERM).`,
 				if err != nil {
 					return usageErr("--timeout: %v", err)
 				}
+				if d < 0 {
+					return usageErr("--timeout must not be negative")
+				}
 				deadline = time.After(d)
 			}
 			ctx := cmd.Context()
@@ -34,11 +37,15 @@ interrupted by SIGINT (SIGTERM).`,
 			if err != nil {
 				return err
 			}
-			ids := make([]string, len(args))
-			for i, ref := range args {
-				if ids[i], err = findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) }); err != nil {
-					return err
-				}
+			// Every id is looked up and every bad one reported (SPEC
+			// section 5); then, if any was bad, the first one's code.
+			ids := make([]string, 0, len(args))
+			if err := multi(app.Stderr, args, func(ref string) error {
+				id, err := findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) })
+				ids = append(ids, id)
+				return err
+			}); err != nil {
+				return err
 			}
 			tick := time.NewTicker(waitPoll)
 			defer tick.Stop()

@@ -3,8 +3,10 @@ package main
 import (
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
@@ -23,6 +25,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 			if workerProcs > 0 {
 				runtime.GOMAXPROCS(workerProcs) // see main
 			}
+			survivePipeClose()
 			durs := []struct {
 				name string
 				val  string
@@ -67,6 +70,10 @@ func newWorkerCmd(app *App) *cobra.Command {
 			if opt.Handlers == "" {
 				opt.Handlers = filepath.Join(home, "handlers")
 			}
+			// Absolute: a run starts in its task's cwd, not the worker's.
+			if abs, err := filepath.Abs(opt.Handlers); err == nil {
+				opt.Handlers = abs
+			}
 			if exe, err := os.Executable(); err == nil {
 				opt.Executable = exe
 			}
@@ -83,4 +90,14 @@ func newWorkerCmd(app *App) *cobra.Command {
 	f.StringVar(&grace, "grace", "10s", "on stop or timeout, SIGTERM then SIGKILL after this long")
 	f.StringVar(&opt.Handlers, "handlers", "", "intent handlers folder (default $CQ_HANDLERS, <home>/handlers)")
 	return cmd
+}
+
+// survivePipeClose keeps a process alive when the reader of its stderr
+// goes away (cq worker 2>&1 | head): Go kills a program that writes to a
+// closed pipe on fd 1 or 2 with SIGPIPE unless it handles the signal.
+// With it handled the write fails with EPIPE and the log line is lost,
+// rather than the worker in the middle of its runs. Runs get the default
+// disposition back (exec resets handled signals).
+func survivePipeClose() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }

@@ -1561,3 +1561,75 @@ func TestWorkerKillsWhatARunLeftBehind(t *testing.T) {
 		e.waitProcs(r.ID, 0, 20*time.Second)
 	}
 }
+
+// TestWorkerOutlivesItsLogReader: a worker whose stderr reader went away
+// (cq worker 2>&1 | head -1) goes on with its runs instead of dying of
+// SIGPIPE mid-claim; its tasks still get SIGPIPE's default disposition.
+func TestWorkerOutlivesItsLogReader(t *testing.T) {
+	e := wkNewEnv(t)
+	ids := e.batch([]map[string]any{
+		{"cmd": []string{"true"}},
+		{"shell": "kill -PIPE $$; echo survived"},
+		{"cmd": []string{"true"}},
+	})
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the first log line
+	cmd := exec.Command("cq", "worker", "--once")
+	cmd.Env, cmd.Dir, cmd.Stderr = e.env, e.dir, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker --once with a closed stderr: %v, want exit 0", err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("worker --once with a closed stderr did not exit within 60s")
+	}
+	for i, id := range ids {
+		task := e.show(id)
+		if i == 1 {
+			if task.State != "failed" || len(task.Runs) != 1 || task.Runs[0].Signal == nil || *task.Runs[0].Signal != "SIGPIPE" {
+				t.Errorf("task %s: %v; want failed, killed by SIGPIPE (the default disposition)", id, task)
+			}
+			continue
+		}
+		if task.State != "done" {
+			t.Errorf("task %s: %v; want done", id, task)
+		}
+	}
+}
+
+// TestWorkerRunsWhenItsLogsCannotBeWritten: SPEC section 6, a failed
+// write (disk full) does not stop the run; the failure is in its error.
+// Here the run folder cannot be made (runs is a file): the task runs all
+// the same, its output is lost, and the run says why.
+func TestWorkerRunsWhenItsLogsCannotBeWritten(t *testing.T) {
+	e := wkNewEnv(t)
+	ids := e.batch([]map[string]any{{"cmd": []string{"touch", e.path("ran")}}})
+	if err := os.WriteFile(filepath.Join(e.home, "runs"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := e.startWorker("once", "--once")
+	if code := w.wait(60 * time.Second); code != 0 {
+		t.Fatalf("worker --once exited %d; stderr:\n%s", code, w.stderr.String())
+	}
+	if _, err := os.Stat(e.path("ran")); err != nil {
+		t.Errorf("the task did not run: %v", err)
+	}
+	task := e.show(ids[0])
+	if task.State != "done" || len(task.Runs) != 1 {
+		t.Fatalf("task %v; want done after one run", task)
+	}
+	if r := task.Runs[0]; r.Error == nil || !strings.Contains(*r.Error, "output lost: run folder") {
+		t.Errorf("run %v: want its error to say the output was lost", r)
+	}
+}

@@ -5,8 +5,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/queue"
 )
 
@@ -40,6 +44,15 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 		opt.Batch = CleanupBatch
 	}
 	counts := map[string]int{}
+	var note func([]string) error
+	if opt.Home != "" {
+		if err := finishPending(ctx, st, opt.Home); err != nil {
+			return counts, err
+		}
+		pending := pendingPath(opt.Home, os.Getpid())
+		defer os.Remove(pending)
+		note = func(runIDs []string) error { return writePending(pending, runIDs) }
+	}
 	for _, state := range queue.CleanupStates {
 		counts[state] = 0
 		for {
@@ -47,7 +60,7 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 				return counts, err
 			}
 			began := time.Now()
-			ids, runIDs, err := st.DeleteExpiredIDs(ctx, state, opt.Retention, opt.Batch)
+			ids, runIDs, err := st.DeleteExpiredThen(ctx, state, opt.Retention, opt.Batch, note)
 			if err != nil {
 				return counts, err
 			}
@@ -55,14 +68,12 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			if opt.Deleted != nil && n > 0 {
 				opt.Deleted(state, ids)
 			}
+			if opt.Home != "" {
+				removeRunFolders(opt.Home, runIDs)
+			}
 			if n > 0 {
 				if err := pause(ctx, time.Since(began)); err != nil {
 					return counts, err
-				}
-			}
-			for _, id := range runIDs {
-				if opt.Home != "" && id != "" {
-					_ = os.RemoveAll(filepath.Join(opt.Home, "runs", id))
 				}
 			}
 			counts[state] += n
@@ -88,6 +99,35 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 	}
 }
 
+// ClearQueue cancels every task of queue name that is not doing (cq
+// queue clear), with their dependents, in steps of CleanupBatch tasks
+// with a pause after each, as Cleanup does: a clear of a million tasks
+// in one transaction would hold the write lock long enough for every
+// worker's leases to lapse. Tasks stored after it began are left alone.
+// It returns how many tasks it cancelled, dependents in other queues
+// included.
+func ClearQueue(ctx context.Context, st *queue.Store, name string) (int, error) {
+	bound, err := st.ClearQueueStart(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for after := int64(0); ; {
+		began := time.Now()
+		n, next, err := st.ClearQueueStep(ctx, name, after, bound, CleanupBatch)
+		total += n
+		if err != nil || next == 0 {
+			return total, err
+		}
+		after = next
+		// After every step, one that cancelled nothing too: it held the
+		// write lock while it read its window.
+		if err := pause(ctx, time.Since(began)); err != nil {
+			return total, err
+		}
+	}
+}
+
 // pause leaves the write lock free for a while after a step that held it
 // for took: a producer or worker in another process waits in SQLite's
 // busy handler, which polls at up to 100 ms intervals, and would otherwise
@@ -101,5 +141,75 @@ func pause(ctx context.Context, took time.Duration) error {
 		return ctx.Err()
 	case <-time.After(gap):
 		return nil
+	}
+}
+
+// A cleanup deletes a batch's runs in one transaction and their folders
+// after its commit. So that a cleanup killed in between leaves no folder
+// behind for good, each batch first notes its run ids in the home's
+// cleanup-PID.pending file (inside the transaction, before anything is
+// deleted); the next cleanup removes the folders of those runs that are
+// no longer stored, then the file.
+
+func pendingPath(home string, pid int) string {
+	return filepath.Join(home, "cleanup-"+strconv.Itoa(pid)+".pending")
+}
+
+func writePending(path string, runIDs []string) error {
+	f, err := fsutil.OpenPrivate(path, os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strings.Join(runIDs, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// finishPending completes what cleanups that died left undone: for every
+// pending file of a process that is gone, it removes the folders of the
+// listed runs the store no longer holds, then the file.
+func finishPending(ctx context.Context, st *queue.Store, home string) error {
+	files, _ := filepath.Glob(filepath.Join(home, "cleanup-*.pending"))
+	for _, f := range files {
+		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "cleanup-"), ".pending"))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == nil {
+			continue // still running (or the pid was reused): left for later
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var ids []string
+		for _, id := range strings.Fields(string(b)) {
+			if queue.ValidID(id) {
+				ids = append(ids, id)
+			}
+		}
+		stored, err := st.StoredRuns(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var gone []string
+		for _, id := range ids {
+			if !stored[id] {
+				gone = append(gone, id)
+			}
+		}
+		removeRunFolders(home, gone)
+		_ = os.Remove(f)
+	}
+	return nil
+}
+
+func removeRunFolders(home string, runIDs []string) {
+	for _, id := range runIDs {
+		if id != "" {
+			_ = os.RemoveAll(filepath.Join(home, "runs", id))
+		}
 	}
 }

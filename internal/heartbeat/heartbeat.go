@@ -6,6 +6,7 @@ package heartbeat
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
@@ -59,7 +60,7 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 			return
 		}
 		// Both: a group still alive does not mean nothing left it.
-		group := procs.KillGroup(rp.Pgid, rp.RunID)
+		group := procs.KillGroup(rp.Pgid, rp.RunID, rp.Claimed, rp.Started)
 		if n := procs.KillRuns([]string{rp.RunID}); group || n > 0 {
 			killed[rp.RunID] = true
 		}
@@ -115,4 +116,6 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 
 // KillRunGroup SIGKILLs run runID's process group pgid, guarded against
 // pid reuse (see procs.KillGroup).
-func KillRunGroup(pgid int, runID string) bool { return procs.KillGroup(pgid, runID) }
+func KillRunGroup(pgid int, runID string, claimed, started time.Time) bool {
+	return procs.KillGroup(pgid, runID, claimed, started)
+}

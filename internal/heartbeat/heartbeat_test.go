@@ -432,11 +432,48 @@ func TestPassKillsLostRunGroupOnThisHost(t *testing.T) {
 		default:
 		}
 	}
-	if heartbeat.KillRunGroup(p2.Process.Pid, mine.RunID) {
-		t.Error("KillRunGroup killed a group without the run's CQ_RUN_ID")
+	// A group without the run's CQ_RUN_ID whose leader started outside
+	// the run's claim-to-start window is not the run's: its pid was
+	// recycled.
+	hourAgo := time.Now().Add(-time.Hour)
+	if heartbeat.KillRunGroup(p2.Process.Pid, mine.RunID, hourAgo, hourAgo.Add(time.Minute)) {
+		t.Error("KillRunGroup killed a group without the run's CQ_RUN_ID, its leader started after the run's window")
 	}
-	if heartbeat.KillRunGroup(1, mine.RunID) || heartbeat.KillRunGroup(0, mine.RunID) {
+	if heartbeat.KillRunGroup(p2.Process.Pid, mine.RunID, time.Time{}, time.Time{}) {
+		t.Error("KillRunGroup killed a group without the run's CQ_RUN_ID, the run's times unknown")
+	}
+	now := time.Now()
+	if heartbeat.KillRunGroup(1, mine.RunID, now.Add(-time.Hour), now) || heartbeat.KillRunGroup(0, mine.RunID, now.Add(-time.Hour), now) {
 		t.Error("KillRunGroup accepted pgid 0 or 1")
+	}
+}
+
+// TestPassKillsALeaderThatClearedItsEnvironment: a lost run whose process
+// cleared its environment (env -i, sudo) carries no CQ_RUN_ID, yet its
+// group's leader is the process the worker started between the claim and
+// the recorded start: the group is killed all the same (SPEC section 6:
+// the old process is gone before anyone else may take the task).
+func TestPassKillsALeaderThatClearedItsEnvironment(t *testing.T) {
+	e := hbSetup(t)
+	e.add(queue.Spec{ID: "bare", Queue: "q"})
+	claimedAt := time.Now()
+	c := e.claim("q", "bare", time.Minute)
+	leader, done := hbSleeper(t, "") // env -i: no CQ_RUN_ID
+	e.start(c, leader.Process.Pid)
+	// The store's clock is a fake one: give the run the real times of its
+	// claim and start, as a worker's clock would have written them.
+	e.exec(`UPDATE runs SET created_at = ?, started_at = ? WHERE id = ?`,
+		queue.FormatTime(claimedAt), queue.FormatTime(time.Now()), c.RunID)
+
+	e.clk.Add(time.Minute + time.Millisecond)
+	r := e.pass(heartbeat.Options{Host: "h-test"})
+	if r.Reaped != 1 || r.Killed != 1 {
+		t.Errorf("reaped %d, killed %d; want 1, 1", r.Reaped, r.Killed)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Error("the lost run's leader, without CQ_RUN_ID, is alive 30s after the pass")
 	}
 }
 
@@ -926,6 +963,70 @@ func TestCleanupRemovesRunFolders(t *testing.T) {
 	}
 }
 
+// TestCleanupFinishesWhatAKilledCleanupLeft: a cleanup killed between a
+// batch's commit and the removal of its run folders leaves them behind,
+// noted in its cleanup-PID.pending file; the next cleanup removes the
+// folders of the noted runs that are no longer stored (only those), and
+// the file. A pending file of a process still running is left alone.
+func TestCleanupFinishesWhatAKilledCleanupLeft(t *testing.T) {
+	e := hbSetup(t)
+	runTask := func(id string) string {
+		e.add(queue.Spec{ID: id, Queue: "q"})
+		c := e.claim("q", id, time.Hour)
+		e.start(c, 0)
+		e.finish(c, queue.RunSucceeded, 0)
+		dir := filepath.Join(e.home, "runs", c.RunID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return c.RunID
+	}
+	gone := runTask("gone")
+	e.clk.Add(2 * time.Hour)
+	kept := runTask("kept")
+	// The killed cleanup noted both runs, deleted "gone" and died.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pending := filepath.Join(e.home, fmt.Sprintf("cleanup-%d.pending", dead.Process.Pid))
+	if err := os.WriteFile(pending, []byte(gone+"\n"+kept+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	alive := filepath.Join(e.home, fmt.Sprintf("cleanup-%d.pending", os.Getppid()))
+	if err := os.WriteFile(alive, []byte(gone+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := queue.Retention{Done: time.Hour, Cancelled: time.Hour, Failed: time.Hour}
+	if n, _, err := e.st.DeleteExpired(e.ctx, queue.TaskDone, r, 10); err != nil || n != 1 {
+		t.Fatalf("DeleteExpired = %d, %v; want the one old task", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", gone)); err != nil {
+		t.Fatalf("the deleted run's folder should still be there before the next cleanup: %v", err)
+	}
+
+	counts, err := heartbeat.Cleanup(e.ctx, e.st, heartbeat.CleanupOptions{Retention: r, Home: e.home})
+	if err != nil || counts["done"] != 0 {
+		t.Fatalf("cleanup: %v, %v; want nothing more deleted", counts, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", gone)); !os.IsNotExist(err) {
+		t.Errorf("the folder of run %s, deleted by the killed cleanup, is still there (%v)", gone, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", kept)); err != nil {
+		t.Errorf("the folder of a stored run was removed: %v", err)
+	}
+	if _, err := os.Stat(pending); !os.IsNotExist(err) {
+		t.Errorf("the dead cleanup's pending file is still there (%v)", err)
+	}
+	if _, err := os.Stat(alive); err != nil {
+		t.Errorf("the pending file of a running process was touched: %v", err)
+	}
+	matches, _ := filepath.Glob(filepath.Join(e.home, fmt.Sprintf("cleanup-%d.pending", os.Getpid())))
+	if len(matches) != 0 {
+		t.Errorf("this cleanup left its own pending file: %v", matches)
+	}
+}
+
 // TestCleanupLetsOtherWritersIn: SPEC section 8 has cleanup delete in
 // batches "so that workers are never blocked for long". While a cleanup
 // of many expired tasks runs, another connection (a worker's lease
@@ -1055,5 +1156,129 @@ func TestCheckEventsCatches(t *testing.T) {
 	hbCheckEvents(rec, base)
 	if len(rec.errs) != 0 {
 		t.Errorf("valid log reported: %q", rec.errs)
+	}
+}
+
+// TestClearQueueInSteps: cq queue clear cancels every task of the queue
+// that is not doing, with their dependents in other queues, in steps of
+// at most CleanupBatch tasks (each its own transaction); tasks of other
+// queues, and tasks stored after the clear began, are left alone.
+func TestClearQueueInSteps(t *testing.T) {
+	e := hbSetup(t)
+	const n = 2*heartbeat.CleanupBatch + 50
+	for i := range n {
+		sp := queue.Spec{ID: fmt.Sprintf("c%03d", i), Queue: "q"}
+		switch i % 3 {
+		case 1:
+			sp.Hold = true // blocked
+		case 2:
+			sp.Delay = "1h" // blocked too
+		}
+		e.add(sp)
+	}
+	e.add(queue.Spec{ID: "run", Queue: "q"})
+	running := e.claim("q", "", time.Hour) // the oldest todo one
+	e.add(queue.Spec{ID: "dependent", Queue: "other", After: []string{"c003"}})
+	e.add(queue.Spec{ID: "bystander", Queue: "other"})
+
+	// A task far beyond the others in rowid order: the steps reach it
+	// through windows that read few rows each.
+	e.exec(`UPDATE tasks SET rowid = 100000 WHERE id = 'c449'`)
+
+	bound, err := e.st.ClearQueueStart(e.ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first step cancels its CleanupBatch tasks and, with c003, the
+	// dependent in the other queue: the count says so.
+	first, next, err := e.st.ClearQueueStep(e.ctx, "q", 0, bound, heartbeat.CleanupBatch)
+	if err != nil || first != heartbeat.CleanupBatch+1 || next == 0 {
+		t.Fatalf("first step: %d cancelled, next %d, %v; want %d and more to go", first, next, err, heartbeat.CleanupBatch+1)
+	}
+	e.add(queue.Spec{ID: "late", Queue: "q"}) // after the clear began
+	rest := 0
+	for next != 0 {
+		var k int
+		k, next, err = e.st.ClearQueueStep(e.ctx, "q", next, bound, heartbeat.CleanupBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > heartbeat.CleanupBatch {
+			t.Fatalf("a step cancelled %d tasks, more than %d", k, heartbeat.CleanupBatch)
+		}
+		rest += k
+	}
+	// n tasks and "run", less the one claimed, and the dependent.
+	if first+rest != n+1 {
+		t.Errorf("cancelled %d, want %d", first+rest, n+1)
+	}
+	state := func(id string) string {
+		tk, err := e.st.Get(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk.State
+	}
+	for id, want := range map[string]string{
+		running.TaskID: queue.TaskDoing, "dependent": queue.TaskCancelled,
+		"bystander": queue.TaskTodo, "late": queue.TaskTodo, "c001": queue.TaskCancelled, "c002": queue.TaskCancelled,
+		"c449": queue.TaskCancelled,
+	} {
+		if got := state(id); got != want {
+			t.Errorf("%s is %s, want %s", id, got, want)
+		}
+	}
+	// The whole clear, as the command runs it: "late" now, nothing else.
+	if got, err := heartbeat.ClearQueue(e.ctx, e.st, "q"); err != nil || got != 1 {
+		t.Errorf("ClearQueue = %d, %v; want the one task left", got, err)
+	}
+	if _, err := heartbeat.ClearQueue(e.ctx, e.st, "nosuch"); queue.CodeOf(err) != queue.CodeNotFound {
+		t.Errorf("ClearQueue of a queue nothing named: %v; want not found", err)
+	}
+}
+
+// TestClearQueueLeavesATaskThatReusedARowid: a task stored after a clear
+// began is left alone even when it took a rowid below the clear's bound
+// (a cleanup deleted the newest task meanwhile, freeing its rowid).
+func TestClearQueueLeavesATaskThatReusedARowid(t *testing.T) {
+	e := hbSetup(t)
+	e.add(queue.Spec{ID: "old1", Queue: "q"})
+	e.add(queue.Spec{ID: "old2", Queue: "q"})
+	e.add(queue.Spec{ID: "newest", Queue: "other"})
+	bound, err := e.st.ClearQueueStart(e.ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freed int64
+	if err := e.st.DB.SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'newest'`).Scan(&freed); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`DELETE FROM tasks WHERE id = 'newest'`) // as a cleanup would
+	e.clk.Add(time.Millisecond)
+	e.add(queue.Spec{ID: "reborn", Queue: "q"})
+	var got int64
+	if err := e.st.DB.SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'reborn'`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != freed || got > bound.Upto {
+		t.Fatalf("the new task has rowid %d; the test wants it to reuse %d, within the bound %d", got, freed, bound.Upto)
+	}
+	total := 0
+	for after := int64(0); ; {
+		n, next, err := e.st.ClearQueueStep(e.ctx, "q", after, bound, heartbeat.CleanupBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		if next == 0 {
+			break
+		}
+		after = next
+	}
+	if total != 2 {
+		t.Errorf("cancelled %d, want the 2 old tasks", total)
+	}
+	if tk, err := e.st.Get(e.ctx, "reborn"); err != nil || tk.State != queue.TaskTodo {
+		t.Errorf("the task stored after the clear began: %v, %v; want todo", tk, err)
 	}
 }

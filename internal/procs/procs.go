@@ -8,24 +8,73 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
-// KillGroup SIGKILLs the process group pgid if a member of it still
-// belongs to run runID (its environment holds CQ_RUN_ID=runID), so that a
-// recycled pid or group id is never killed by mistake. Members other than
-// the leader count: a pipeline's leader may be gone while its children
-// live on. It reports whether it sent the signal.
-func KillGroup(pgid int, runID string) bool {
+// KillGroup SIGKILLs the process group pgid if it is still run runID's,
+// so that a recycled pid or group id is never killed by mistake: a member
+// carries CQ_RUN_ID=runID in its environment (members other than the
+// leader count: a pipeline's leader may be gone while its children live
+// on), or the group's leader, process pgid, started between from and to,
+// the run's claim and its recorded start, give or take startSlack. The
+// leader is so recognised after it cleared its environment (env -i, sudo,
+// su): until it exits its pid, and so the group's id, cannot be reused.
+// It reports whether it sent the signal.
+func KillGroup(pgid int, runID string, from, to time.Time) bool {
 	if pgid <= 1 || runID == "" {
 		return false
 	}
 	want := marker(runID)
 	for _, p := range list() {
-		if p.pgid == pgid && hasEnv(p.pid, want) {
+		if p.pgid == pgid && (hasEnv(p.pid, want) || p.pid == pgid && startedWithin(p.start, from, to)) {
 			return syscall.Kill(-pgid, syscall.SIGKILL) == nil
 		}
 	}
 	return false
+}
+
+// startSlack widens KillGroup's window for the leader's start: the start
+// is counted in 10 ms ticks from a boot time known to ~10 ms, and the
+// run's times are stored to the millisecond. Kept small: a leader that
+// started just outside the window is another process that took a
+// recycled pid (the run's own started between its claim and its recorded
+// start); a wall clock stepped meanwhile makes the check fail closed.
+const startSlack = 100 * time.Millisecond
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's start time: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// startedWithin reports whether a process that started ticks after boot
+// started between from and to (± startSlack). Unknown times never match.
+func startedWithin(ticks uint64, from, to time.Time) bool {
+	if ticks == 0 || from.IsZero() || to.IsZero() {
+		return false
+	}
+	boot := bootTime()
+	if boot.IsZero() {
+		return false
+	}
+	at := boot.Add(time.Duration(ticks) * (time.Second / clockTicks))
+	return !at.Before(from.Add(-startSlack)) && !at.After(to.Add(startSlack))
+}
+
+// bootTime is when this machine booted, by the wall clock: now less the
+// uptime (zero if /proc/uptime cannot be read).
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Time{}
+	}
+	f := bytes.Fields(b)
+	if len(f) == 0 {
+		return time.Time{}
+	}
+	up, err := strconv.ParseFloat(string(f[0]), 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Now().Add(-time.Duration(up * float64(time.Second)))
 }
 
 // KillRuns SIGKILLs every process, in any process group, whose
@@ -58,7 +107,10 @@ func KillRuns(runIDs []string) int {
 
 func marker(runID string) []byte { return []byte("CQ_RUN_ID=" + runID) }
 
-type proc struct{ pid, pgid int }
+type proc struct {
+	pid, pgid int
+	start     uint64 // clock ticks after boot
+}
 
 // list reads every process's pid and process group from /proc.
 func list() []proc {
@@ -77,16 +129,17 @@ func list() []proc {
 			continue
 		}
 		// After the command name, which is in parentheses and may hold
-		// anything: state ppid pgrp …
+		// anything: state ppid pgrp … with starttime the 20th (proc(5)).
 		f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
-		if len(f) < 3 || string(f[0]) == "Z" {
+		if len(f) < 20 || string(f[0]) == "Z" {
 			continue
 		}
 		pgid, err := strconv.Atoi(string(f[2]))
 		if err != nil {
 			continue
 		}
-		out = append(out, proc{pid: pid, pgid: pgid})
+		start, _ := strconv.ParseUint(string(f[19]), 10, 64)
+		out = append(out, proc{pid: pid, pgid: pgid, start: start})
 	}
 	return out
 }

@@ -86,6 +86,15 @@ func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, li
 
 // DeleteExpiredIDs is DeleteExpired returning the deleted tasks' ids.
 func (s *Store) DeleteExpiredIDs(ctx context.Context, state string, r Retention, limit int) ([]string, []string, error) {
+	return s.DeleteExpiredThen(ctx, state, r, limit, nil)
+}
+
+// DeleteExpiredThen is DeleteExpiredIDs calling before, inside the
+// transaction and before it deletes anything, with the run ids whose
+// folders the caller will remove after the commit: the caller notes them
+// where a later cleanup finds them if this process dies in between. An
+// error from before rolls the transaction back.
+func (s *Store) DeleteExpiredThen(ctx context.Context, state string, r Retention, limit int, before func(runIDs []string) error) ([]string, []string, error) {
 	var deleted, runIDs []string
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		deleted, runIDs = deleted[:0], runIDs[:0]
@@ -102,6 +111,11 @@ func (s *Store) DeleteExpiredIDs(ctx context.Context, state string, r Retention,
 		if runIDs, err = queryIDs(ctx, tx, `SELECT id FROM runs WHERE task_id IN `+in, args...); err != nil {
 			return err
 		}
+		if before != nil && len(runIDs) > 0 {
+			if err := before(runIDs); err != nil {
+				return err
+			}
+		}
 		if err := tx.Flush(); err != nil {
 			return err
 		}
@@ -109,10 +123,49 @@ func (s *Store) DeleteExpiredIDs(ctx context.Context, state string, r Retention,
 			return err
 		}
 		// The state is checked again: a task retried meanwhile is kept.
-		deleted, err = queryIDs(ctx, tx, `DELETE FROM tasks WHERE state = ? AND id IN `+in+` RETURNING id`, append([]any{state}, args...)...)
+		deleted, err = queryIDs(ctx, tx, sqlDeleteTasks(len(ids)), append([]any{state}, args...)...)
+		if err != nil || len(deleted) == 0 {
+			return err
+		}
+		// Their dependents remember how they ended (see sqlDeadDependency).
+		in = `(` + strings.TrimSuffix(strings.Repeat("?,", len(deleted)), ",") + `)`
+		args = append(args[:0], state)
+		for _, id := range deleted {
+			args = append(args, id)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE task_deps SET dep_end = ? WHERE dep_id IN `+in, args...)
 		return err
 	})
 	return deleted, runIDs, err
+}
+
+// sqlDeleteTasks deletes the tasks of n ids still in the bound state.
+// +state: the rows are found by id, never through tasks_state, which on
+// a big store read every task of the state for each batch of 200.
+func sqlDeleteTasks(n int) string {
+	return `DELETE FROM tasks WHERE +state = ? AND id IN (` + strings.TrimSuffix(strings.Repeat("?,", n), ",") + `) RETURNING id`
+}
+
+// StoredRuns returns which of ids are runs in the store.
+func (s *Store) StoredRuns(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		part := ids[:n]
+		ids = ids[n:]
+		args := make([]any, len(part))
+		for i, id := range part {
+			args[i] = id
+		}
+		found, err := queryIDs(ctx, s.DB.SQL, `SELECT id FROM runs WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range found {
+			out[id] = true
+		}
+	}
+	return out, nil
 }
 
 // IncrementalVacuum gives up to pages free pages back to the file system.

@@ -221,7 +221,7 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		var spec, state string
 		err := tx.QueryRowContext(ctx, `SELECT spec, state FROM tasks WHERE id = ?`, sp.ID).Scan(&spec, &state)
 		switch {
-		case err == nil && spec == canon:
+		case err == nil && SameSpec(spec, canon):
 			return Created{ID: sp.ID, State: state}, nil
 		case err == nil:
 			return Created{}, conflictf("task %s already exists with a different spec", sp.ID)
@@ -251,10 +251,10 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	}
 
 	if sp.Unique {
-		var other string
-		err := tx.QueryRowContext(ctx, sqlKeyHolder, sp.Key, sp.ID).Scan(&other)
+		var other, state string
+		err := tx.QueryRowContext(ctx, sqlKeyHolder, sp.Key, sp.ID).Scan(&other, &state)
 		if err == nil {
-			return Created{}, &Error{Code: CodeConflict, Existing: other,
+			return Created{}, &Error{Code: CodeConflict, Existing: other, ExistingState: state,
 				Msg: fmt.Sprintf("key %q is held by task %s (--unique)", sp.Key, other)}
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
@@ -297,7 +297,10 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	if err := addEvent(ctx, tx, now, event{Kind: "task.created", TaskID: t.ID, To: TaskInbox}); err != nil {
 		return Created{}, err
 	}
-	if !enqueue {
+	// A task created into inbox stays there, unless a dependency already
+	// ended failed or cancelled: then it is cancelled at once, as the
+	// cascade would have cancelled it in inbox (section 2).
+	if !enqueue && !deadDep {
 		return Created{ID: t.ID, State: TaskInbox, New: true}, nil
 	}
 	to, err := enterLane(ctx, tx, now, t, "", len(sp.After) > 0)

@@ -15,12 +15,14 @@ const (
 	CodeNotFound Code = 4 // unknown id, --after naming no task
 )
 
-// Error is a domain error with its class. Existing is set by a unique-key
-// conflict to the task that holds the key.
+// Error is a domain error with its class. Existing and ExistingState are
+// set by a unique-key conflict to the task that holds the key and its
+// state.
 type Error struct {
-	Code     Code
-	Msg      string
-	Existing string
+	Code          Code
+	Msg           string
+	Existing      string
+	ExistingState string
 }
 
 func (e *Error) Error() string { return e.Msg }

@@ -257,10 +257,10 @@ func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason
 			return conflictf("cannot retry task %s: %s", t.ID, why)
 		}
 		if t.Unique {
-			var other string
-			err := tx.QueryRowContext(ctx, sqlKeyHolder, t.Key, t.ID).Scan(&other)
+			var other, state string
+			err := tx.QueryRowContext(ctx, sqlKeyHolder, t.Key, t.ID).Scan(&other, &state)
 			if err == nil {
-				return &Error{Code: CodeConflict, Existing: other, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
+				return &Error{Code: CodeConflict, Existing: other, ExistingState: state, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return err

@@ -79,6 +79,48 @@ func TestCastBindingsKeepThePlan(t *testing.T) {
 	}
 }
 
+// TestCleanupDeletesByID: cleanup's batch delete finds its rows by id,
+// and the heartbeat's orphan scan starts from the dependency edges, even
+// where the planner's statistics make tasks_state look selective (as on
+// a store of a million tasks of few states): through tasks_state each
+// read every task of the state.
+func TestCleanupDeletesByID(t *testing.T) {
+	t.Parallel()
+	d := planStore(t)
+	for _, q := range []string{
+		`ANALYZE`,
+		`DELETE FROM sqlite_stat1`,
+		`INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES
+			('tasks', 'tasks_state', '2000000 2 2'),
+			('tasks', 'sqlite_autoindex_tasks_1', '2000000 1'),
+			('tasks', NULL, '2000000')`,
+		`ANALYZE sqlite_schema`,
+	} {
+		if _, err := d.SQL.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	plan := boundPlan(t, d, sqlDeleteTasks(200))
+	if !strings.Contains(plan, "USING INDEX sqlite_autoindex_tasks_1 (id=?)") || strings.Contains(plan, "tasks_state") {
+		t.Errorf("cleanup's delete does not find its rows by id:\n%s", plan)
+	}
+	// The heartbeat's orphan scan reads the dependency edges, never every
+	// failed and cancelled task.
+	if plan := boundPlan(t, d, sqlCancelOrphans); strings.Contains(plan, "tasks_state") || !strings.Contains(plan, "SCAN d") {
+		t.Errorf("the orphan scan does not start from the dependency edges:\n%s", plan)
+	}
+	bareOrphans := strings.NewReplacer("+dep.state", "dep.state", "+t.state", "t.state").Replace(sqlCancelOrphans)
+	if plan := boundPlan(t, d, bareOrphans); !strings.Contains(plan, "tasks_state") {
+		t.Logf("(the planner no longer picks tasks_state for the bare orphan scan:\n%s)", plan)
+	}
+	// The same statement without the + is what the statistics above
+	// send to tasks_state: the test would catch its return.
+	bare := boundPlan(t, d, strings.Replace(sqlDeleteTasks(200), "+state", "state", 1))
+	if !strings.Contains(bare, "tasks_state") {
+		t.Logf("(the planner no longer picks tasks_state for the bare statement:\n%s)", bare)
+	}
+}
+
 // planStore is a new store for the plan tests.
 func planStore(t *testing.T) *db.DB {
 	t.Helper()

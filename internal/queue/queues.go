@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 
@@ -128,6 +129,17 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 		if err := ensureQueue(ctx, tx, now, name); err != nil {
 			return err
 		}
+		if set.Paused != nil && len(data) == 0 {
+			// Pausing a paused queue (or resuming a running one) changes
+			// nothing, so it records nothing either.
+			var paused bool
+			if err := tx.QueryRowContext(ctx, `SELECT paused FROM queues WHERE name = ?`, name).Scan(&paused); err != nil {
+				return err
+			}
+			if paused == *set.Paused {
+				return nil
+			}
+		}
 		if len(cols) > 0 {
 			a := append(append([]any{}, args...), FormatTime(now), name)
 			if _, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ?`, a...); err != nil {
@@ -139,30 +151,73 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 	})
 }
 
-// ClearQueue cancels every task of the queue that is not doing, and their
-// dependents. It returns how many tasks of the queue it cancelled.
-func (s *Store) ClearQueue(ctx context.Context, name string) (int, error) {
+// ClearQueueStart checks that the queue exists and returns the rowid
+// bound of a clear: the tasks stored when it began (ClearQueueStep never
+// goes past it, so producers adding to the queue cannot keep a clear
+// going forever).
+func (s *Store) ClearQueueStart(ctx context.Context, name string) (ClearBound, error) {
+	var b ClearBound
 	if !ValidQueueName(name) {
-		return 0, invalidf("invalid queue name %q", name)
+		return b, invalidf("invalid queue name %q", name)
 	}
-	n := 0
+	var exists int
+	if err := s.DB.SQL.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE name = ?`, name).Scan(&exists); err != nil {
+		return b, err
+	}
+	if exists == 0 {
+		return b, notFoundf("no queue %q", name)
+	}
+	b.Began = FormatTime(s.now())
+	var upto sql.NullInt64
+	if err := s.DB.SQL.QueryRowContext(ctx, `SELECT MAX(rowid) FROM tasks`).Scan(&upto); err != nil {
+		return b, err
+	}
+	b.Upto = upto.Int64
+	return b, nil
+}
+
+// ClearBound is where a queue clear stops: the rowids stored when it
+// began, and among them only tasks created by then (a rowid freed by a
+// cleanup since may be taken by a new task).
+type ClearBound struct {
+	Upto  int64
+	Began string
+}
+
+// clearWindow bounds how many rows one ClearQueueStep reads, so that a
+// step holds the write lock briefly even where the queue's tasks are few
+// among many.
+const clearWindow = 20000
+
+// ClearQueueStep cancels, in one transaction, up to limit tasks of the
+// queue that are inbox, todo or blocked, with their dependents, reading
+// the tasks after rowid after in rowid order (up to clearWindow of them,
+// and never past the bound). It returns how many tasks it cancelled,
+// dependents included, and the rowid to go on after, 0 when it reached
+// the bound. A clear is a series of such
+// steps, so that other writers get the lock between them (see
+// heartbeat.ClearQueue); a task that starts meanwhile keeps running.
+func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bound ClearBound, limit int) (int, int64, error) {
+	n, next := 0, int64(0)
+	upto := bound.Upto
+	end := min(after+clearWindow, upto)
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
-		n = 0
-		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE name = ?`, name).Scan(&exists); err != nil {
+		n, next = 0, 0
+		var seq0 int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq0); err != nil {
 			return err
 		}
-		if exists == 0 {
-			return notFoundf("no queue %q", name)
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM tasks WHERE queue = ? AND state IN ('inbox','todo','blocked') ORDER BY seq`, name)
+		// +queue, +state: read by rowid, never through tasks_state.
+		rows, err := tx.QueryContext(ctx, `SELECT rowid, id FROM tasks WHERE rowid > ? AND rowid <= ?
+			AND +queue = ? AND +state IN ('inbox','todo','blocked') AND created_at <= ? ORDER BY rowid LIMIT ?`, after, end, name, bound.Began, limit)
 		if err != nil {
 			return err
 		}
 		var ids []string
+		var last int64
 		for rows.Next() {
 			var id string
-			if err := rows.Scan(&id); err != nil {
+			if err := rows.Scan(&last, &id); err != nil {
 				rows.Close()
 				return err
 			}
@@ -178,15 +233,28 @@ func (s *Store) ClearQueue(ctx context.Context, name string) (int, error) {
 			if err != nil {
 				return err
 			}
-			if TaskTerminal(t.State) {
+			if TaskTerminal(t.State) || t.State == TaskDoing {
 				continue
 			}
 			if err := cancelTask(ctx, tx, now, t, "queue "+name+" cleared"); err != nil {
 				return err
 			}
-			n++
+		}
+		// Counted from the events: a cancel takes its dependents with it,
+		// in this queue or another.
+		if err := tx.Flush(); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE seq > ? AND kind = 'task.cancelled'`, seq0).Scan(&n); err != nil {
+			return err
+		}
+		switch {
+		case len(ids) == limit:
+			next = last
+		case end < upto:
+			next = end
 		}
 		return nil
 	})
-	return n, err
+	return n, next, err
 }

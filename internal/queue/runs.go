@@ -279,6 +279,7 @@ func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*claima
 // runRow is a runs row as a worker or the reaper needs it.
 type runRow struct {
 	ID, TaskID, State, Queue, Token, Host, LeaseExpires string
+	Created, Started                                    string // started "" until running
 	Attempt, Pgid                                       int
 	// reapBefore, set by the reaper, adds "and the lease expired before
 	// this time" to the CAS.
@@ -288,8 +289,8 @@ type runRow struct {
 func getRun(ctx context.Context, q querier, id string) (*runRow, error) {
 	var r runRow
 	err := q.QueryRowContext(ctx, `SELECT id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
-		COALESCE(lease_expires_at,''), attempt, COALESCE(pgid,0) FROM runs WHERE id = ?`, id).
-		Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Attempt, &r.Pgid)
+		COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0) FROM runs WHERE id = ?`, id).
+		Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started, &r.Attempt, &r.Pgid)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFoundf("no run %q", id)
 	}
@@ -730,8 +731,9 @@ func releaseDependents(ctx context.Context, tx *db.Tx, now time.Time, dep string
 	case err != nil:
 		return err
 	}
+	// +state: the dependents are found by id (see sqlDeleteTasks).
 	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
-		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND state IN ('inbox','blocked')`, dep); err != nil {
+		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND +state IN ('inbox','blocked')`, dep); err != nil {
 		return err
 	}
 	rows, err := tx.QueryContext(ctx, sqlReadyDependents, dep)
@@ -782,6 +784,19 @@ func (s *Store) ReleaseRun(ctx context.Context, runID, token string) (string, er
 type Reaped struct {
 	RunID, TaskID, From, To, Host string
 	Pgid                          int
+	// Claimed and Started are the run's claim and recorded start (zero if
+	// it never started): its process group's leader started in between.
+	Claimed, Started time.Time
+}
+
+// reaped describes run r, ended from state from to to.
+func reaped(r *runRow, from, to string) Reaped {
+	rp := Reaped{RunID: r.ID, TaskID: r.TaskID, From: from, To: to, Host: r.Host, Pgid: r.Pgid,
+		Claimed: ParseStoredTime(r.Created)}
+	if r.Started != "" {
+		rp.Started = ParseStoredTime(r.Started)
+	}
+	return rp
 }
 
 // ReapExpired ends runs whose lease expired (their worker is lost):
@@ -821,7 +836,7 @@ func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reape
 			if _, err := endRun(ctx, tx, now, r, o, "lease_expired"); err != nil {
 				return err
 			}
-			out = append(out, Reaped{RunID: r.ID, TaskID: r.TaskID, From: r.State, To: o.State, Host: r.Host, Pgid: r.Pgid})
+			out = append(out, reaped(r, r.State, o.State))
 			if stop != nil {
 				stop(out[len(out)-1])
 			}

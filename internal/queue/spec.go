@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -377,6 +378,100 @@ func (s Spec) Canonical() string {
 	}
 	b, _ := json.Marshal(c)
 	return string(b)
+}
+
+// SameSpec reports whether stored, a Canonical form read back from the
+// store, and canon describe the same task for --id idempotency: the same
+// bytes, or the same but for how the payload's JSON is spelled (key
+// order, escapes, 1 against 1.0). The payload itself is kept as given.
+func SameSpec(stored, canon string) bool {
+	if stored == canon {
+		return true
+	}
+	var a, b Spec
+	if json.Unmarshal([]byte(stored), &a) != nil || json.Unmarshal([]byte(canon), &b) != nil {
+		return false
+	}
+	if len(a.Payload) == 0 || len(b.Payload) == 0 {
+		return false
+	}
+	pa, pb := a.Payload, b.Payload
+	a.Payload, b.Payload = nil, nil
+	if a.Canonical() != b.Canonical() {
+		return false
+	}
+	va, errA := decodeJSONValue(pa)
+	vb, errB := decodeJSONValue(pb)
+	return errA == nil && errB == nil && sameJSONValue(va, vb)
+}
+
+func decodeJSONValue(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+
+// sameJSONValue compares two decoded JSON values: objects by their
+// members whatever their order, numbers by value.
+func sameJSONValue(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !sameJSONValue(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !sameJSONValue(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if x == y {
+			return true
+		}
+		if !modestNumber(string(x)) || !modestNumber(string(y)) {
+			return false
+		}
+		rx, okx := new(big.Rat).SetString(string(x))
+		ry, oky := new(big.Rat).SetString(string(y))
+		return okx && oky && rx.Cmp(ry) == 0
+	default: // string, bool, nil
+		return a == b
+	}
+}
+
+// modestNumber reports whether a JSON number is small enough to compare
+// exactly at little cost: big.Rat would build 10^e for an exponent e, so
+// 1e999999999 would take minutes.
+func modestNumber(s string) bool {
+	mant, exp, found := strings.Cut(strings.ToLower(s), "e")
+	if len(mant) > 400 {
+		return false
+	}
+	if !found {
+		return true
+	}
+	e, err := strconv.Atoi(strings.TrimPrefix(exp, "+"))
+	return err == nil && e >= -400 && e <= 400
 }
 
 // NotBefore is the time a scheduled spec may start, or zero.

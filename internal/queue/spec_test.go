@@ -1,9 +1,11 @@
 package queue_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -36,5 +38,57 @@ func TestNormalizeRefusesBytesJSONCannotHold(t *testing.T) {
 	n, err := good.Normalize()
 	if err != nil || n.Cmd[1] != "café 日本" || n.Env["V"] != "ü" || n.Cwd != "/tmp/é" {
 		t.Errorf("valid UTF-8: %+v, %v; want it kept as given", n, err)
+	}
+}
+
+// TestSameSpecComparesPayloadsAsJSON: --id idempotency takes two payloads
+// that differ only in spelling (key order, escapes, number form) for the
+// same, and anything else for a conflict; a huge exponent is compared as
+// text, never expanded.
+func TestSameSpecComparesPayloadsAsJSON(t *testing.T) {
+	canon := func(payload string) string {
+		t.Helper()
+		sp, err := queue.Spec{ID: "p", Intent: "send", Payload: json.RawMessage(payload), Cwd: "/"}.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sp.Canonical()
+	}
+	stored := canon(`{"to":"a","n":1,"l":[1,2]}`)
+	for _, same := range []string{
+		`{"to":"a","n":1,"l":[1,2]}`,
+		`{"l":[1,2],"n":1,"to":"a"}`,
+		`{ "to" : "\u0061", "n": 1.0, "l": [1e0, 20e-1] }`,
+	} {
+		if !queue.SameSpec(stored, canon(same)) {
+			t.Errorf("%s: not the same spec as %s", same, stored)
+		}
+	}
+	for _, other := range []string{
+		`{"to":"a","n":2,"l":[1,2]}`,
+		`{"to":"a","n":"1","l":[1,2]}`,
+		`{"to":"a","n":1,"l":[2,1]}`,
+		`{"to":"a","n":1,"l":[1,2],"x":null}`,
+		`{"to":"a","n":1}`,
+		`[1,2]`,
+	} {
+		if queue.SameSpec(stored, canon(other)) {
+			t.Errorf("%s: the same spec as %s", other, stored)
+		}
+	}
+	// The payload's spelling is forgiven, nothing else.
+	sp, _ := queue.Spec{ID: "p", Intent: "other", Payload: json.RawMessage(`{"l":[1,2],"n":1,"to":"a"}`), Cwd: "/"}.Normalize()
+	if queue.SameSpec(stored, sp.Canonical()) {
+		t.Error("another intent with an equal payload is the same spec")
+	}
+	done := make(chan bool)
+	go func() { done <- queue.SameSpec(canon(`{"n":1e999999999}`), canon(`{"n":1e999999998}`)) }()
+	select {
+	case same := <-done:
+		if same {
+			t.Error("1e999999999 and 1e999999998 are the same")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("comparing numbers with huge exponents took over 10s")
 	}
 }

@@ -180,7 +180,7 @@ const (
 	keyLiveStates = `(state = 'inbox' OR state = 'todo' OR state = 'blocked' OR state = 'doing')`
 	// sqlKeyHolder finds a live task of a key other than the given id
 	// (--unique).
-	sqlKeyHolder = `SELECT id FROM tasks WHERE key = ? AND id != ? AND ` + keyLiveStates + ` LIMIT 1`
+	sqlKeyHolder = `SELECT id, state FROM tasks WHERE key = ? AND id != ? AND ` + keyLiveStates + ` LIMIT 1`
 )
 
 // Statements whose bound id or key is written CAST(? AS TEXT), the same
@@ -194,8 +194,11 @@ const (
 	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1
 		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` ORDER BY seq LIMIT 1)
 		AND lane_head = 0`
-	sqlDeadDependency = `SELECT t.id, t.state FROM task_deps d JOIN tasks t ON t.id = d.dep_id
-		WHERE d.task_id = CAST(? AS TEXT) AND t.state IN ('failed','cancelled') ORDER BY d.pos LIMIT 1`
+	// sqlDeadDependency finds a dependency that ended failed or
+	// cancelled, still stored or deleted since by cleanup (dep_end).
+	sqlDeadDependency = `SELECT d.dep_id, COALESCE(t.state, d.dep_end) FROM task_deps d LEFT JOIN tasks t ON t.id = d.dep_id
+		WHERE d.task_id = CAST(? AS TEXT) AND (t.state IN ('failed','cancelled') OR (t.id IS NULL AND d.dep_end IN ('failed','cancelled')))
+		ORDER BY d.pos LIMIT 1`
 	sqlWaitingDependents = `SELECT ` + taskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id
 		WHERE d.dep_id = CAST(? AS TEXT) AND t.state IN ('inbox','todo','blocked')`
 	sqlReadyDependents = `SELECT ` + taskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id

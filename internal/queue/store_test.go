@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -597,6 +598,61 @@ func TestDependencies(t *testing.T) {
 		b.wantState(t, dep, queue.TaskBlocked, queue.BlockedDependency)
 	})
 
+	t.Run("a dependency deleted by cleanup still refuses the retry if it did not end done", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		a := b.enq(t, queue.Spec{Hold: true})
+		if _, _, err := b.st.Cancel(b.ctx, a, ""); err != nil {
+			t.Fatal(err)
+		}
+		// A done dependency, deleted too, leaves nothing to wait for.
+		done := b.enq(t, queue.Spec{Queue: "dq"})
+		waiter := b.enq(t, queue.Spec{After: []string{done}})
+		c, err := b.st.Claim(b.ctx, queue.ClaimParams{Worker: "w1", Host: "h", Queues: []string{"dq"}, Lease: time.Minute})
+		if err != nil || c == nil || c.TaskID != done {
+			t.Fatalf("Claim = %v, %v; want %s", c, err, done)
+		}
+		if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 100, 100); err != nil {
+			t.Fatal(err)
+		}
+		code := 0
+		if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: &code}); err != nil {
+			t.Fatal(err)
+		}
+		b.wantState(t, done, queue.TaskDone, "")
+
+		// An hour later the dependents end; only the dependencies are past
+		// a 30-minute retention.
+		b.clock.Advance(time.Hour)
+		dep := b.enq(t, queue.Spec{After: []string{a}})             // cancelled at once
+		inbox := b.create(t, queue.Spec{After: []string{a}}, false) // likewise
+		b.wantState(t, dep, queue.TaskCancelled, "")
+		b.wantState(t, inbox.ID, queue.TaskCancelled, "")
+		if _, _, err := b.st.Cancel(b.ctx, waiter, ""); err != nil {
+			t.Fatal(err)
+		}
+		r := queue.Retention{Done: 30 * time.Minute, Cancelled: 30 * time.Minute, Failed: 30 * time.Minute}
+		for _, st := range []string{queue.TaskCancelled, queue.TaskDone} {
+			if n, _, err := b.st.DeleteExpired(b.ctx, st, r, 100); err != nil || n != 1 {
+				t.Fatalf("DeleteExpired(%s) = %d, %v; want the one dependency", st, n, err)
+			}
+		}
+
+		_, _, err = b.st.Retry(b.ctx, dep, "")
+		wantCode(t, err, queue.CodeConflict, "Retry of a dependent of a cancelled task cleanup deleted")
+		if !strings.Contains(err.Error(), a) {
+			t.Fatalf("refusal %q does not name the dependency %s", err, a)
+		}
+		if _, _, err := b.st.SetState(b.ctx, inbox.ID, queue.TaskTodo, ""); queue.CodeOf(err) != queue.CodeConflict {
+			t.Fatalf("set-state todo of another such dependent: %v; want a conflict", err)
+		}
+		b.wantState(t, dep, queue.TaskCancelled, "")
+		b.wantState(t, inbox.ID, queue.TaskCancelled, "")
+		if _, state, err := b.st.Retry(b.ctx, waiter, ""); err != nil || state != queue.TaskTodo {
+			t.Fatalf("Retry of a dependent whose done dependency was deleted = %s, %v; want todo", state, err)
+		}
+	})
+
 	t.Run("enqueue after a cancelled task is cancelled at once", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -908,5 +964,94 @@ func TestBatchAllOrNothing(t *testing.T) {
 				t.Fatalf("a failed batch changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
+	}
+}
+
+// TestListByStateMatchesTheFullListing: a page of tasks in given states
+// (read per state and queue, see listByState) is exactly the head of the
+// full listing with the same filter, newest first.
+func TestListByStateMatchesTheFullListing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 60 {
+		sp := queue.Spec{Queue: fmt.Sprintf("q%d", i%3)}
+		if i%4 == 1 {
+			sp.Hold = true
+		}
+		id := b.enq(t, sp)
+		if i%5 == 2 {
+			if _, _, err := b.st.Cancel(b.ctx, id, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := func(ts []*queue.Task) []string {
+		out := make([]string, len(ts))
+		for i, tk := range ts {
+			out[i] = tk.ID
+		}
+		return out
+	}
+	for _, f := range []queue.ListFilter{
+		{States: []string{queue.TaskTodo}, Limit: 5},
+		{States: []string{queue.TaskCancelled, queue.TaskBlocked}, Limit: 7},
+		{States: []string{queue.TaskTodo}, Queue: "q1", Limit: 3},
+		{States: []string{queue.TaskTodo, queue.TaskTodo}, Limit: 4},
+		{States: []string{queue.TaskDone}, Limit: 4},
+		{States: []string{queue.TaskBlocked}, Limit: 500},
+	} {
+		page, err := b.st.List(b.ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := f
+		all.Limit = 0
+		full, err := b.st.List(b.ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ids(full)[:min(len(full), f.Limit)]
+		if got := ids(page); !slices.Equal(got, want) {
+			t.Errorf("%+v: got %v, want %v", f, got, want)
+		}
+	}
+}
+
+// TestListEachAcrossChunks: a listing of everything comes newest first,
+// each task with its own dependencies, across the chunks ListEach holds
+// one at a time.
+func TestListEachAcrossChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 1234
+	created := make([]string, 0, n)
+	after := map[string][]string{}
+	for i := range n {
+		sp := queue.Spec{}
+		if i%7 == 3 {
+			sp.After = []string{created[i-1], created[i-3]}
+		}
+		id := b.enq(t, sp)
+		created = append(created, id)
+		if sp.After != nil {
+			after[id] = sp.After
+		}
+	}
+	i := n
+	err := b.st.ListEach(b.ctx, queue.ListFilter{}, func(tk *queue.Task) error {
+		i--
+		if i < 0 || tk.ID != created[i] {
+			return fmt.Errorf("task %d of the listing is %s, want %s", n-1-i, tk.ID, created[max(i, 0)])
+		}
+		if !slices.Equal(tk.After, after[tk.ID]) {
+			return fmt.Errorf("task %s: after %v, want %v", tk.ID, tk.After, after[tk.ID])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i != 0 {
+		t.Errorf("listed %d tasks, want %d", n-i, n)
 	}
 }

@@ -51,6 +51,9 @@ type run struct {
 	lastRenew time.Time
 	stdout    *os.File
 	stderr    *os.File
+	// outputLost says why the run's output goes to /dev/null ("" if it
+	// goes to its log files).
+	outputLost string
 }
 
 func (r *run) renewed(t time.Time) {
@@ -221,18 +224,34 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		w.log.Warn("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg)
 		return r, &queue.Outcome{State: queue.RunFailed, Class: class, Error: msg}
 	}
-	if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		if err := os.MkdirAll(r.dir, 0o700); err != nil {
-			return fail(queue.ClassTransient, "run folder: "+err.Error())
-		}
-	}
+	// SPEC section 6: a failed write (disk full) does not stop the run.
+	// Output that cannot be kept goes to /dev/null, and the run's error
+	// says so; only an intent, whose payload needs the folder, fails.
 	var err error
-	if r.stdout, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stdout.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
-		return fail(queue.ClassTransient, "stdout.log: "+err.Error())
+	if err = os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		err = os.MkdirAll(r.dir, 0o700)
+	} else {
+		err = nil
 	}
-	if r.stderr, err = fsutil.OpenPrivate(filepath.Join(r.dir, "stderr.log"), os.O_WRONLY|os.O_TRUNC); err != nil {
+	if err != nil {
+		r.outputLost = "output lost: run folder: " + err.Error()
+	}
+	logFile := func(name string) (*os.File, error) {
+		if r.outputLost == "" {
+			f, err := fsutil.OpenPrivate(filepath.Join(r.dir, name), os.O_WRONLY|os.O_TRUNC)
+			if err == nil {
+				return f, nil
+			}
+			r.outputLost = "output lost: " + name + ": " + err.Error()
+		}
+		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	}
+	if r.stdout, err = logFile("stdout.log"); err != nil {
+		return fail(queue.ClassTransient, "stdout: "+err.Error())
+	}
+	if r.stderr, err = logFile("stderr.log"); err != nil {
 		r.stdout.Close()
-		return fail(queue.ClassTransient, "stderr.log: "+err.Error())
+		return fail(queue.ClassTransient, "stderr: "+err.Error())
 	}
 	closeFiles := func() {
 		r.stdout.Close()
@@ -535,9 +554,9 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	w.sup.del(r.pgid, r.c.RunID)
 	// The task writes its output itself, so a write that failed for lack
 	// of space is seen here, after the fact, by the file system being full.
-	outputErr := ""
+	outputErr := r.outputLost
 	var fs syscall.Statfs_t
-	if err := syscall.Fstatfs(int(r.stdout.Fd()), &fs); err == nil && fs.Bavail == 0 {
+	if outputErr == "" && syscall.Fstatfs(int(r.stdout.Fd()), &fs) == nil && fs.Bavail == 0 {
 		outputErr = "output may be incomplete: no space left on the device holding the run's logs"
 	}
 	r.stdout.Close()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -150,7 +151,7 @@ func New(st *queue.Store, opt Options) *Worker {
 		// Concurrency of them, until its result is received.
 		spawnedC: make(chan spawned, opt.Concurrency),
 		wake:     make(chan struct{}, 1),
-		environ:  os.Environ(),
+		environ:  runEnviron(os.Environ()),
 		paths:    map[string]pathEntry{},
 		kids:     map[int]string{},
 		// Orphans are reparented to the main thread (the thread group
@@ -602,4 +603,18 @@ func signalGroup(pgid int, sig syscall.Signal) {
 	if pgid > 1 {
 		_ = syscall.Kill(-pgid, sig)
 	}
+}
+
+// runEnviron is the environment a run starts from: the worker's, less
+// CQ_PAYLOAD_FILE, which only an intent's run has (its own): a worker
+// started from inside a handler must not hand its payload to every task.
+// CQ_TASK_ID, CQ_RUN_ID, CQ_ATTEMPT and CQ_HOME are set for each run.
+func runEnviron(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "CQ_PAYLOAD_FILE=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
