@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,7 +44,13 @@ func newEventsCmd(app *App) *cobra.Command {
 					return err
 				}
 				for _, e := range evs {
-					if err := writeJSONLine(w, e); err != nil {
+					if app.Quiet {
+						// -q: an event's id is its seq.
+						_, err = fmt.Fprintln(w, e.Seq)
+					} else {
+						err = writeJSONLine(w, e)
+					}
+					if err != nil {
 						return err
 					}
 					since = e.Seq

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/heartbeat"
@@ -149,8 +150,13 @@ func newQueueClearCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := heartbeat.ClearQueue(cmd.Context(), st, args[0])
-			if err != nil {
+			var cancelled func([]string)
+			if app.Quiet {
+				// -q: the ids cancelled, one per line, as they go.
+				cancelled = func(ids []string) { fmt.Fprintln(app.Stdout, strings.Join(ids, "\n")) }
+			}
+			n, err := heartbeat.ClearQueue(cmd.Context(), st, args[0], cancelled)
+			if err != nil || app.Quiet {
 				return err
 			}
 			if app.format() == "json" || app.format() == "jsonl" {

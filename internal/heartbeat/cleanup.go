@@ -105,8 +105,8 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 // in one transaction would hold the write lock long enough for every
 // worker's leases to lapse. Tasks stored after it began are left alone.
 // It returns how many tasks it cancelled, dependents in other queues
-// included.
-func ClearQueue(ctx context.Context, st *queue.Store, name string) (int, error) {
+// included; cancelled, if set, is told their ids after each step.
+func ClearQueue(ctx context.Context, st *queue.Store, name string, cancelled func(ids []string)) (int, error) {
 	bound, err := st.ClearQueueStart(ctx, name)
 	if err != nil {
 		return 0, err
@@ -114,8 +114,11 @@ func ClearQueue(ctx context.Context, st *queue.Store, name string) (int, error) 
 	total := 0
 	for after := int64(0); ; {
 		began := time.Now()
-		n, next, err := st.ClearQueueStep(ctx, name, after, bound, CleanupBatch)
-		total += n
+		ids, next, err := st.ClearQueueStep(ctx, name, after, bound, CleanupBatch)
+		total += len(ids)
+		if cancelled != nil && len(ids) > 0 {
+			cancelled(ids)
+		}
 		if err != nil || next == 0 {
 			return total, err
 		}

@@ -1191,18 +1191,20 @@ func TestClearQueueInSteps(t *testing.T) {
 	}
 	// The first step cancels its CleanupBatch tasks and, with c003, the
 	// dependent in the other queue: the count says so.
-	first, next, err := e.st.ClearQueueStep(e.ctx, "q", 0, bound, heartbeat.CleanupBatch)
+	firstIDs, next, err := e.st.ClearQueueStep(e.ctx, "q", 0, bound, heartbeat.CleanupBatch)
+	first := len(firstIDs)
 	if err != nil || first != heartbeat.CleanupBatch+1 || next == 0 {
 		t.Fatalf("first step: %d cancelled, next %d, %v; want %d and more to go", first, next, err, heartbeat.CleanupBatch+1)
 	}
 	e.add(queue.Spec{ID: "late", Queue: "q"}) // after the clear began
 	rest := 0
 	for next != 0 {
-		var k int
-		k, next, err = e.st.ClearQueueStep(e.ctx, "q", next, bound, heartbeat.CleanupBatch)
+		var ids []string
+		ids, next, err = e.st.ClearQueueStep(e.ctx, "q", next, bound, heartbeat.CleanupBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
+		k := len(ids)
 		if k > heartbeat.CleanupBatch {
 			t.Fatalf("a step cancelled %d tasks, more than %d", k, heartbeat.CleanupBatch)
 		}
@@ -1229,10 +1231,10 @@ func TestClearQueueInSteps(t *testing.T) {
 		}
 	}
 	// The whole clear, as the command runs it: "late" now, nothing else.
-	if got, err := heartbeat.ClearQueue(e.ctx, e.st, "q"); err != nil || got != 1 {
+	if got, err := heartbeat.ClearQueue(e.ctx, e.st, "q", nil); err != nil || got != 1 {
 		t.Errorf("ClearQueue = %d, %v; want the one task left", got, err)
 	}
-	if _, err := heartbeat.ClearQueue(e.ctx, e.st, "nosuch"); queue.CodeOf(err) != queue.CodeNotFound {
+	if _, err := heartbeat.ClearQueue(e.ctx, e.st, "nosuch", nil); queue.CodeOf(err) != queue.CodeNotFound {
 		t.Errorf("ClearQueue of a queue nothing named: %v; want not found", err)
 	}
 }
@@ -1265,11 +1267,11 @@ func TestClearQueueLeavesATaskThatReusedARowid(t *testing.T) {
 	}
 	total := 0
 	for after := int64(0); ; {
-		n, next, err := e.st.ClearQueueStep(e.ctx, "q", after, bound, heartbeat.CleanupBatch)
+		ids, next, err := e.st.ClearQueueStep(e.ctx, "q", after, bound, heartbeat.CleanupBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		total += n
+		total += len(ids)
 		if next == 0 {
 			break
 		}

@@ -192,17 +192,19 @@ const clearWindow = 20000
 // ClearQueueStep cancels, in one transaction, up to limit tasks of the
 // queue that are inbox, todo or blocked, with their dependents, reading
 // the tasks after rowid after in rowid order (up to clearWindow of them,
-// and never past the bound). It returns how many tasks it cancelled,
-// dependents included, and the rowid to go on after, 0 when it reached
+// and never past the bound). It returns the tasks it cancelled,
+// dependents included (their ids, in the order they were cancelled),
+// and the rowid to go on after, 0 when it reached
 // the bound. A clear is a series of such
 // steps, so that other writers get the lock between them (see
 // heartbeat.ClearQueue); a task that starts meanwhile keeps running.
-func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bound ClearBound, limit int) (int, int64, error) {
-	n, next := 0, int64(0)
+func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bound ClearBound, limit int) ([]string, int64, error) {
+	var cancelled []string
+	next := int64(0)
 	upto := bound.Upto
 	end := min(after+clearWindow, upto)
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
-		n, next = 0, 0
+		cancelled, next = nil, 0
 		var seq0 int64
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq0); err != nil {
 			return err
@@ -240,12 +242,24 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 				return err
 			}
 		}
-		// Counted from the events: a cancel takes its dependents with it,
+		// Read from the events: a cancel takes its dependents with it,
 		// in this queue or another.
 		if err := tx.Flush(); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE seq > ? AND kind = 'task.cancelled'`, seq0).Scan(&n); err != nil {
+		rows, err = tx.QueryContext(ctx, `SELECT task_id FROM events WHERE seq > ? AND kind = 'task.cancelled' ORDER BY seq`, seq0)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			cancelled = append(cancelled, id)
+		}
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		switch {
@@ -256,5 +270,5 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 		}
 		return nil
 	})
-	return n, next, err
+	return cancelled, next, err
 }
