@@ -11,7 +11,7 @@
 #
 # Environment: GO (go), BENCHSTAT (benchstat on PATH), BENCH_COUNT (6),
 # BENCH_OUT (bench/out), BENCH_PAUSE (20: seconds of rest between the two
-# parts), BENCH_PARTS ("go e2e"; "go" alone skips the end-to-end run, its
+# parts), BENCH_SETTLE and BENCH_CALM_US (see settle), BENCH_PARTS ("go e2e"; "go" alone skips the end-to-end run, its
 # goals are then n/a), and e2e.sh's own knobs (RUNS, N, …, see
 # bench/README.md). Exits non-zero if a part failed to run; a
 # MISS is not a failure.
@@ -32,6 +32,35 @@ status=0
 mkdir -p "$OUT" || exit 1
 rm -f "$OUT/go.txt" "$OUT/benchstat.txt" "$OUT/benchstat-baseline.txt" "$OUT/e2e.txt" "$OUT/e2e.env" "$OUT/goals.txt"
 section() { printf '\n### %s\n\n' "$*"; }
+
+# settle waits, up to BENCH_SETTLE (240) seconds, until making a run folder
+# (bench/floor files: mkdir and three files, as cq's worker does) costs at
+# most BENCH_CALM_US (150) µs. On an ext4 without a journal, inodes freed
+# in the last minute or more are skipped when new ones are allocated, so
+# after a big delete (a test suite's, the Go benchmarks') every new file
+# costs several times more for minutes: cq, the floor and the peers make
+# files per task, the spawn reference none, so a run in that state
+# understates every ratio. It goes on after the deadline, saying so.
+settle() {
+	local probe us i t0=$SECONDS max=${BENCH_SETTLE:-240} calm=${BENCH_CALM_US:-150}
+	make -s bench-bins >/dev/null || return 0
+	probe=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/cq-settle.XXXXXX") || return 0
+	for ((i = 0; ; i++)); do
+		mkdir -p "$probe/$i" && us=$(bin/floor files "$probe/$i" 300 2>/dev/null) || break
+		if awk -v u="$us" -v c="$calm" 'BEGIN { exit !(u <= c) }'; then
+			echo "the disk is calm: a run folder costs $us µs (after $((SECONDS - t0)) s)"
+			break
+		fi
+		if ((SECONDS - t0 >= max)); then
+			echo "the disk is still slow after $max s: a run folder costs $us µs (calm is <= $calm); going on"
+			break
+		fi
+		echo "a run folder costs $us µs (calm is <= $calm µs); waiting for the disk to settle"
+		sleep 15
+	done
+	# A few thousand inodes: small enough not to slow what follows.
+	rm -rf "$probe"
+}
 
 if [[ $PARTS == *" go "* ]]; then
 	section "Go benchmarks: internal/queue, -benchmem -count $BENCH_COUNT (raw output: $OUT/go.txt)"
@@ -69,6 +98,7 @@ if [[ $PARTS == *" e2e "* ]]; then
 		sync
 		sleep "${BENCH_PAUSE:-20}"
 	fi
+	settle
 	section "end to end: bench/e2e.sh $CQ (report: $OUT/e2e.txt)"
 	if ! RESULTS=$OUT/e2e.env ./bench/e2e.sh "$CQ" 2>&1 | tee "$OUT/e2e.txt"; then
 		echo "bench: bench/e2e.sh failed" >&2
