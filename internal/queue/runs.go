@@ -597,6 +597,10 @@ func endRun(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, o Outcome,
 	if o.ExitCode != nil {
 		exit = *o.ExitCode
 	}
+	if reason == "" && r.State == RunCancelling && o.State == RunCancelled {
+		// Only a user's cancel moves a run to cancelling.
+		reason = "cancelled by user"
+	}
 	if err := casRunToken(ctx, tx, now, r, o.State, reason, `ended_at = ?, exit_code = ?, signal = ?, error = ?`,
 		FormatTime(now), exit, nullable(o.Signal), nullable(o.Error)); err != nil {
 		return "", err
