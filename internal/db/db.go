@@ -162,7 +162,14 @@ func createPrivate(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	switch {
 	case errors.Is(err, fs.ErrExist):
-		return nil // SQLite opens it as it is.
+		// SQLite opens it as it is. An empty file (made by someone else,
+		// say with touch) becomes a store now, so it is made 0600 as if cq
+		// had created it: SQLite gives the -wal and -shm files the mode
+		// of the database file. A database with content keeps its mode.
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 && fi.Mode().Perm() != 0o600 {
+			_ = os.Chmod(path, 0o600) // another user's file: SQLite decides
+		}
+		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("database folder: %w", err)
 	case err != nil:

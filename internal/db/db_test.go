@@ -321,6 +321,34 @@ func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 	}
 }
 
+// TestSideFilesArePrivateBesideAForeignDatabaseFile: an empty database
+// file cq did not make (here a 0666 one) becomes a store, private as if cq
+// had made it, and so do the -wal and -shm files beside it (SPEC section
+// 1), where SQLite would copy a 0666 mode. No t.Parallel: it changes the
+// process umask.
+func TestSideFilesArePrivateBesideAForeignDatabaseFile(t *testing.T) {
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+
+	path := filepath.Join(t.TempDir(), "cq.db")
+	if err := os.WriteFile(path, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, path)
+	if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if err != nil {
+			t.Fatalf("%s: %v", filepath.Base(name), err)
+		}
+		if perm := st.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s has mode %#o after cq took an empty 0666 database file, want 0600", filepath.Base(name), perm)
+		}
+	}
+}
+
 // TestConcurrentOpenOfANewPath: several processes starting at once on a
 // new home create and migrate it safely (SPEC section 1). Each goroutine
 // has its own pool, so they contend through SQLite's file locks as
