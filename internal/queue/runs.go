@@ -318,6 +318,10 @@ func (s *Store) StartRun(ctx context.Context, runID, token string, pid, pgid int
 type Start struct {
 	RunID, Token string
 	Pid, Pgid    int
+	// At is when the process started (zero: now). A worker records starts
+	// a few milliseconds late, with the ends that follow them; started_at
+	// is At, kept between the run's creation and the commit.
+	At time.Time
 }
 
 // StartRuns records several starts in one transaction; errs[i] is the
@@ -341,9 +345,14 @@ func startTx(ctx context.Context, tx *db.Tx, now time.Time, st Start) error {
 	// The CAS first, in one statement; the run is read only to say why
 	// the CAS was refused.
 	var taskID string
-	err := tx.QueryRowContext(ctx, `UPDATE runs SET state = 'running', started_at = ?, pid = ?, pgid = ?
+	at := now
+	if !st.At.IsZero() && st.At.Before(now) {
+		at = st.At
+	}
+	// Fixed-width times compare as text.
+	err := tx.QueryRowContext(ctx, `UPDATE runs SET state = 'running', started_at = MAX(created_at, ?), pid = ?, pgid = ?
 		WHERE id = ? AND state = 'queued' AND lease_token = ? RETURNING task_id`,
-		FormatTime(now), st.Pid, st.Pgid, st.RunID, st.Token).Scan(&taskID)
+		FormatTime(at), st.Pid, st.Pgid, st.RunID, st.Token).Scan(&taskID)
 	if errors.Is(err, sql.ErrNoRows) {
 		r, err := getRun(ctx, tx, st.RunID)
 		switch {
@@ -463,6 +472,10 @@ type Outcome struct {
 	Error    string
 	// Class is the failure class of a failed run (ClassOther by default).
 	Class string
+	// At is when the process ended (zero: now). A worker records ends a
+	// few milliseconds late, several to a commit; ended_at is At, kept
+	// between the run's start (or creation) and the commit.
+	At time.Time
 }
 
 // FinishRun records a run's end and its task's outcome in one
@@ -579,7 +592,7 @@ func finishTx(ctx context.Context, tx *db.Tx, now time.Time, f Finish) (string, 
 		// How its process ended (the signal of the stop's kill, or an
 		// exit code) is kept; a run released before its start has none.
 		o := f.Outcome
-		return endRun(ctx, tx, now, r, Outcome{State: RunCancelled, ExitCode: o.ExitCode, Signal: o.Signal, Error: o.Error}, reason)
+		return endRun(ctx, tx, now, r, Outcome{State: RunCancelled, ExitCode: o.ExitCode, Signal: o.Signal, Error: o.Error, At: o.At}, reason)
 	}
 	return endRun(ctx, tx, now, r, f.Outcome, "")
 }
@@ -601,8 +614,13 @@ func endRun(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, o Outcome,
 		// Only a user's cancel moves a run to cancelling.
 		reason = "cancelled by user"
 	}
+	ended := FormatTime(now)
+	if !o.At.IsZero() && o.At.Before(now) {
+		// Fixed-width times compare as text.
+		ended = max(FormatTime(o.At), r.Created, r.Started)
+	}
 	if err := casRunToken(ctx, tx, now, r, o.State, reason, `ended_at = ?, exit_code = ?, signal = ?, error = ?`,
-		FormatTime(now), exit, nullable(o.Signal), nullable(o.Error)); err != nil {
+		ended, exit, nullable(o.Signal), nullable(o.Error)); err != nil {
 		return "", err
 	}
 	t, err := getTask(ctx, tx, r.TaskID)

@@ -35,6 +35,7 @@ type run struct {
 	pgid    int
 	dir     string
 	started time.Time
+	endedAt time.Time // when wait returned (loop goroutine after exited)
 	timer   *time.Timer
 	// pidfd is the process's pidfd (-1 where the kernel has none); ws
 	// and waitErr are how it ended (waitErr: it could not be waited for).
@@ -415,6 +416,7 @@ func (w *Worker) launch(claims []*queue.Claimed) {
 			// every spawn waiting in spawnedC before it reads an exit.
 			w.spawnedC <- spawned{r: r}
 			r.wait()
+			r.endedAt = time.Now()
 			w.forgetKid(r.pid)
 			w.exited <- r
 		}()
@@ -575,7 +577,7 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	}
 	e := ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token}}
 	o := &e.f.Outcome
-	o.State = queue.RunSucceeded
+	o.State, o.At = queue.RunSucceeded, r.endedAt
 	switch ws := r.ws; {
 	case r.waitErr != nil:
 		o.State, o.Class, o.Error = queue.RunFailed, queue.ClassTransient, r.waitErr.Error()
@@ -620,7 +622,7 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 	w.pending = nil
 	starts := make([]queue.Start, len(pending))
 	for i, r := range pending {
-		starts[i] = queue.Start{RunID: r.c.RunID, Token: r.c.Token, Pid: r.pgid, Pgid: r.pgid}
+		starts[i] = queue.Start{RunID: r.c.RunID, Token: r.c.Token, Pid: r.pgid, Pgid: r.pgid, At: r.started}
 	}
 	// The oldest lease at stake bounds the retries.
 	var oldest *run
