@@ -40,7 +40,7 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 				return err
 			}
 			host, _ := os.Hostname()
-			r, err := heartbeat.Pass(cmd.Context(), st, heartbeat.Options{Home: home, Host: host})
+			r, err := heartbeat.Pass(cmd.Context(), st, heartbeat.Options{Home: home, Host: host, AllWarnings: true})
 			if err != nil {
 				return err
 			}

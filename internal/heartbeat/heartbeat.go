@@ -31,7 +31,16 @@ type Options struct {
 	// Host is this machine's name: lost runs recorded on it get their
 	// process group killed.
 	Host string
+	// AllWarnings makes the pass warn about every task waiting too long,
+	// in steps of queue.WarnBatch per queue with a pause after each (cq
+	// heartbeat). Without it a pass warns about one step's worth: a
+	// worker's pass runs on its claim loop and must stay short.
+	AllWarnings bool
 }
+
+// warnSteps bounds the steps of one pass's wait warnings (a million
+// tasks per queue): the next pass goes on.
+const warnSteps = 1000
 
 // Pass runs one maintenance pass (SPEC section 8): it drains the spool,
 // reaps runs whose lease expired (killing their process groups left on
@@ -99,8 +108,19 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	if r.Cancelled, err = st.CancelOrphans(ctx); err != nil {
 		return r, err
 	}
-	if r.Warned, err = st.WarnWaiting(ctx); err != nil {
-		return r, err
+	for step := 0; ; step++ {
+		began := time.Now()
+		n, more, err := st.WarnWaitingStep(ctx, queue.WarnBatch)
+		r.Warned += n
+		if err != nil {
+			return r, err
+		}
+		if !more || !opt.AllWarnings || step+1 >= warnSteps {
+			break
+		}
+		if err := pause(ctx, time.Since(began)); err != nil {
+			return r, err
+		}
 	}
 	if err := st.SetSystemState(ctx, map[string]string{"last_heartbeat": queue.FormatTime(st.Now())}); err != nil {
 		return r, err

@@ -1284,3 +1284,41 @@ func TestClearQueueLeavesATaskThatReusedARowid(t *testing.T) {
 		t.Errorf("the task stored after the clear began: %v, %v; want todo", tk, err)
 	}
 }
+
+// TestPassWarnsAboutEveryWaitingTask: cq heartbeat (AllWarnings) warns
+// about every task waiting too long, beyond one step's WarnBatch per
+// queue, so that health's count is whole after one pass; a worker's pass
+// warns one step's worth and the next passes go on.
+func TestPassWarnsAboutEveryWaitingTask(t *testing.T) {
+	t.Parallel()
+	e := hbSetup(t)
+	n := queue.WarnBatch*2 + 7
+	specs := make([]queue.Spec, n)
+	for i := range specs {
+		sp, err := queue.Spec{Cmd: []string{"true"}}.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[i] = sp
+	}
+	if _, err := e.st.Create(e.ctx, specs, queue.CreateOptions{Enqueue: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Add(time.Hour) // past the default warn-after, 10 minutes
+	if r := e.pass(heartbeat.Options{}); r.Warned != queue.WarnBatch {
+		t.Errorf("a worker's pass warned %d, want one step's %d", r.Warned, queue.WarnBatch)
+	}
+	if r := e.pass(heartbeat.Options{AllWarnings: true}); r.Warned != n-queue.WarnBatch {
+		t.Errorf("cq heartbeat's pass warned %d, want the other %d", r.Warned, n-queue.WarnBatch)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM events WHERE kind = 'task.waiting'`); got != n {
+		t.Errorf("%d task.waiting events, want one for each of %d tasks", got, n)
+	}
+	h, err := e.st.Health(e.ctx, queue.DefaultThresholds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.WaitingWarned != n {
+		t.Errorf("health counts %d waiting, want %d", h.WaitingWarned, n)
+	}
+}

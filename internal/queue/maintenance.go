@@ -151,9 +151,19 @@ func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 // in todo longer than its queue's warn-after, once per entry into todo
 // (seed 004: warn, never cancel).
 func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
-	n := 0
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
-		n = 0
+	n, _, err := s.WarnWaitingStep(ctx, WarnBatch)
+	return n, err
+}
+
+// WarnBatch is how many tasks per queue one WarnWaiting step warns about.
+const WarnBatch = 1000
+
+// WarnWaitingStep is one WarnWaiting transaction that warns about at most
+// limit tasks per queue; more says that some queue may have more to warn
+// about.
+func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more bool, err error) {
+	err = s.write(ctx, func(tx *db.Tx, now time.Time) error {
+		n, more = 0, false
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
 			return err
@@ -162,12 +172,13 @@ func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
 			if q.WarnAfterMS <= 0 {
 				continue
 			}
-			limit := time.Duration(q.WarnAfterMS) * time.Millisecond
-			ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = ? AND warned = 0 AND todo_at < ? LIMIT 1000`,
-				q.Name, FormatTime(now.Add(-limit)))
+			after := time.Duration(q.WarnAfterMS) * time.Millisecond
+			ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = ? AND warned = 0 AND todo_at < ? LIMIT ?`,
+				q.Name, FormatTime(now.Add(-after)), limit)
 			if err != nil {
 				return err
 			}
+			more = more || len(ids) == limit
 			for _, id := range ids {
 				res, err := tx.ExecContext(ctx, `UPDATE tasks SET warned = 1 WHERE id = ? AND state = 'todo' AND warned = 0`, id)
 				if err != nil {
@@ -177,8 +188,8 @@ func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
 					continue
 				}
 				if err := addEvent(ctx, tx, now, event{Kind: "task.waiting", TaskID: id, From: TaskTodo, To: TaskTodo,
-					Reason: "waiting in todo longer than " + limit.String(),
-					Data:   map[string]any{"queue": q.Name, "warn_after": limit.String()}}); err != nil {
+					Reason: "waiting in todo longer than " + after.String(),
+					Data:   map[string]any{"queue": q.Name, "warn_after": after.String()}}); err != nil {
 					return err
 				}
 				n++
@@ -186,7 +197,7 @@ func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	return n, err
+	return n, more, err
 }
 
 // SetSystemState records key/value pairs in system_state (seed 001).
