@@ -106,6 +106,10 @@ type Worker struct {
 	pending    []*run
 	startTimer *time.Timer
 	startArmed bool
+	// dueTimer fires when the next backoff or schedule falls due, when
+	// that is sooner than the next poll (loop goroutine only).
+	dueTimer *time.Timer
+	dueArmed bool
 	// inflight counts spawns whose result the loop has not adopted yet
 	// (loop goroutine only); spawnedC carries those results (see launch).
 	inflight int
@@ -158,12 +162,15 @@ func New(st *queue.Store, opt Options) *Worker {
 		// leader, whose tid is the pid).
 		childrenFile: fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()),
 		ownRunID:     os.Getenv("CQ_RUN_ID"),
-		startTimer: func() *time.Timer {
-			t := time.NewTimer(time.Hour)
-			t.Stop()
-			return t
-		}(),
+		startTimer: stoppedTimer(),
+		dueTimer:   stoppedTimer(),
 	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 // ID names this worker in runs and logs.
@@ -224,6 +231,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { stopKeeper(); keeperDone.Wait() }()
 
 	w.maintain(ctx)
+	w.promoteIfDue(ctx) // arms the due timer for what the pass left blocked
 	poll := time.NewTicker(w.opt.PollEvery)
 	defer poll.Stop()
 	cancelPoll := time.NewTicker(w.opt.CancelPoll)
@@ -271,9 +279,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		if storeBackoff > 0 {
 			retry = time.After(storeBackoff)
 		}
-		var startC <-chan time.Time
+		var startC, dueC <-chan time.Time
 		if w.startArmed {
 			startC = w.startTimer.C
+		}
+		if w.dueArmed {
+			dueC = w.dueTimer.C
 		}
 		select {
 		case <-ctx.Done():
@@ -283,7 +294,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.adopt(ctx, &sp)
 		case <-startC:
 			w.flushStarts(ctx)
+		case <-dueC:
+			w.dueArmed = false
+			w.promoteIfDue(ctx)
 		case <-w.wake:
+			// A write may have been a delayed task or a retry's backoff.
+			if !w.dueArmed {
+				w.promoteIfDue(ctx)
+			}
 		case <-poll.C:
 			w.promoteIfDue(ctx)
 			w.sweepOrphans(true)
@@ -370,7 +388,16 @@ func (w *Worker) maintain(ctx context.Context) {
 // next maintenance pass, so a short backoff is honoured on time.
 func (w *Worker) promoteIfDue(ctx context.Context) {
 	at, ok, err := w.st.NextDue(ctx)
-	if err != nil || !ok || at.After(w.st.Now()) {
+	if err != nil || !ok {
+		return
+	}
+	if wait := at.Sub(w.st.Now()); wait > 0 {
+		// Due before the next poll: a timer, so that a short backoff or
+		// a delay is honoured to the millisecond, not to the poll.
+		if wait < w.opt.PollEvery {
+			w.dueTimer.Reset(wait + time.Millisecond)
+			w.dueArmed = true
+		}
 		return
 	}
 	if n, err := w.st.PromoteDue(ctx); err == nil && n > 0 {
