@@ -552,6 +552,25 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	return ParseStoredTime(nb.String), true, nil
 }
 
+// QueueTimeouts returns each queue's run time limit (0: none).
+func (s *Store) QueueTimeouts(ctx context.Context) (map[string]time.Duration, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT name, timeout_ms FROM queues`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var name string
+		var ms int64
+		if err := rows.Scan(&name, &ms); err != nil {
+			return nil, err
+		}
+		out[name] = time.Duration(ms) * time.Millisecond
+	}
+	return out, rows.Err()
+}
+
 // CancellingRuns returns the ids of this worker's runs that a user asked
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {

@@ -132,6 +132,19 @@ func (r *run) kill(why string, grace time.Duration) bool {
 	return true
 }
 
+// setTimeout replaces the run's time limit (0: none), counted from its
+// start (loop goroutine, once the run is adopted).
+func (r *run) setTimeout(d, grace time.Duration) {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	r.c.Timeout = d
+	if d > 0 {
+		r.timer = time.AfterFunc(max(d-time.Since(r.started), 0), func() { r.kill(killTimeout, grace) })
+	}
+}
+
 // wait waits for the run's process to end and reaps it. With a pidfd the
 // wait is the runtime's poller's: no thread sits blocked in waitid for
 // each live run (at 2000 runs a second, those threads and the scheduler's

@@ -405,11 +405,13 @@ func (w *Worker) promoteIfDue(ctx context.Context) {
 	}
 }
 
-// checkCancels notices runs a user is cancelling and stops them.
+// checkCancels notices runs a user is cancelling and stops them, and
+// applies queue time limits changed meanwhile.
 func (w *Worker) checkCancels(ctx context.Context) {
 	if w.live() == 0 {
 		return
 	}
+	w.applyQueueTimeouts(ctx)
 	ids, err := w.st.CancellingRuns(ctx, w.id)
 	if err != nil {
 		return
@@ -420,6 +422,23 @@ func (w *Worker) checkCancels(ctx context.Context) {
 		w.mu.Unlock()
 		if r != nil && r.kill(killCancel, w.opt.Grace) {
 			w.log.Info("run.cancelling", "task", r.c.TaskID, "run", r.c.RunID)
+		}
+	}
+}
+
+// applyQueueTimeouts makes a queue's --timeout take effect at once (SPEC
+// section 5): a live run whose limit is its queue's (its task sets none)
+// gets the queue's current limit, counted from the run's start; one
+// already past it is stopped now as timed out.
+func (w *Worker) applyQueueTimeouts(ctx context.Context) {
+	limits, err := w.st.QueueTimeouts(ctx)
+	if err != nil {
+		return
+	}
+	for _, r := range w.liveRuns() {
+		if d, ok := limits[r.c.Queue]; ok && r.c.Spec.Timeout == "" && d != r.c.Timeout {
+			r.setTimeout(d, w.opt.Grace)
+			w.log.Info("run.timeout_changed", "task", r.c.TaskID, "run", r.c.RunID, "timeout", d.String())
 		}
 	}
 }
