@@ -298,53 +298,35 @@ func summary(files map[string]string) map[string]string {
 }
 
 // TestFilesArePrivateWhateverTheUmask: cq.db, -wal and -shm are 0600 even
-// under umask 0 (SPEC section 1). It changes the process umask, so it must
-// not run beside other tests (no t.Parallel).
+// under umask 0 (SPEC section 1), for a new store and for an empty
+// database file made beforehand with another mode (touch), which cq takes
+// as a new store: SQLite would give the -wal and -shm files its mode. It
+// changes the process umask, so it must not run beside other tests (no
+// t.Parallel).
 func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	t.Cleanup(func() { syscall.Umask(old) })
 
-	path := filepath.Join(t.TempDir(), "cq.db")
-	d := open(t, path)
-	// A write makes sure the WAL and its index exist while d is open.
-	if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{path, path + "-wal", path + "-shm"} {
-		st, err := os.Stat(name)
-		if err != nil {
-			t.Fatalf("%s: %v", filepath.Base(name), err)
+	for _, before := range []string{"no file", "an empty 0666 file"} {
+		path := filepath.Join(t.TempDir(), "cq.db")
+		if before != "no file" {
+			if err := os.WriteFile(path, nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if perm := st.Mode().Perm(); perm != 0o600 {
-			t.Errorf("%s has mode %#o under umask 0, want 0600", filepath.Base(name), perm)
+		d := open(t, path)
+		// A write makes sure the WAL and its index exist while d is open.
+		if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`); err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-// TestSideFilesArePrivateBesideAForeignDatabaseFile: an empty database
-// file cq did not make (here a 0666 one) becomes a store, private as if cq
-// had made it, and so do the -wal and -shm files beside it (SPEC section
-// 1), where SQLite would copy a 0666 mode. No t.Parallel: it changes the
-// process umask.
-func TestSideFilesArePrivateBesideAForeignDatabaseFile(t *testing.T) {
-	old := syscall.Umask(0)
-	t.Cleanup(func() { syscall.Umask(old) })
-
-	path := filepath.Join(t.TempDir(), "cq.db")
-	if err := os.WriteFile(path, nil, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	d := open(t, path)
-	if _, err := d.SQL.Exec(`INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{path, path + "-wal", path + "-shm"} {
-		st, err := os.Stat(name)
-		if err != nil {
-			t.Fatalf("%s: %v", filepath.Base(name), err)
-		}
-		if perm := st.Mode().Perm(); perm != 0o600 {
-			t.Errorf("%s has mode %#o after cq took an empty 0666 database file, want 0600", filepath.Base(name), perm)
+		for _, name := range []string{path, path + "-wal", path + "-shm"} {
+			st, err := os.Stat(name)
+			if err != nil {
+				t.Fatalf("%s: %v", filepath.Base(name), err)
+			}
+			if perm := st.Mode().Perm(); perm != 0o600 {
+				t.Errorf("from %s: %s has mode %#o under umask 0, want 0600", before, filepath.Base(name), perm)
+			}
 		}
 	}
 }

@@ -247,19 +247,8 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 		if err := tx.Flush(); err != nil {
 			return err
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT task_id FROM events WHERE seq > ? AND kind = 'task.cancelled' ORDER BY seq`, seq0)
+		cancelled, err = queryIDs(ctx, tx, `SELECT task_id FROM events WHERE seq > ? AND kind = 'task.cancelled' ORDER BY seq`, seq0)
 		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			cancelled = append(cancelled, id)
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		switch {

@@ -663,85 +663,60 @@ func TestReapStopsBeforeTheCommit(t *testing.T) {
 	}
 }
 
-// TestStartRecordsWhenTheProcessStarted: a start recorded late (a worker
-// sends starts with the ends that follow) keeps the process's own start
-// time, bounded below by the run's creation and above by the commit.
-func TestStartRecordsWhenTheProcessStarted(t *testing.T) {
+// TestRunTimesAreTheProcesses: a worker records starts and ends late (a
+// start rides with the ends that follow it, several ends share a commit),
+// so it gives the times its process started and ended: started_at is that
+// time kept between the run's creation and the commit, ended_at between
+// the run's start and the commit; with none, the commit's time.
+func TestRunTimesAreTheProcesses(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
+	const unknown = time.Duration(-1) // At left zero
 	for _, c := range []struct {
-		name string
-		at   func(claimed time.Time) time.Time
-		want func(claimed, now time.Time) time.Time
+		name   string
+		offset time.Duration // At, from the lower bound
+		want   string        // "at", "lower" or "commit"
 	}{
-		{"when the process started", func(c time.Time) time.Time { return c.Add(2 * time.Millisecond) },
-			func(c, _ time.Time) time.Time { return c.Add(2 * time.Millisecond) }},
-		{"not before the run's creation", func(c time.Time) time.Time { return c.Add(-time.Hour) },
-			func(c, _ time.Time) time.Time { return c }},
-		{"not after the commit", func(c time.Time) time.Time { return c.Add(time.Hour) },
-			func(_, now time.Time) time.Time { return now }},
-		{"now, when unknown", func(time.Time) time.Time { return time.Time{} },
-			func(_, now time.Time) time.Time { return now }},
+		{"when the process did it", 2 * time.Millisecond, "at"},
+		{"not before the lower bound", -time.Hour, "lower"},
+		{"not after the commit", time.Hour, "commit"},
+		{"the commit, when unknown", unknown, "commit"},
 	} {
+		at := func(lower time.Time) time.Time {
+			if c.offset == unknown {
+				return time.Time{}
+			}
+			return lower.Add(c.offset)
+		}
+		check := func(col, runID string, lower, commit time.Time) {
+			t.Helper()
+			want := map[string]time.Time{"at": lower.Add(c.offset), "lower": lower, "commit": commit}[c.want]
+			var got string
+			if err := b.st.DB.SQL.QueryRow(`SELECT `+col+` FROM runs WHERE id = ?`, runID).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != queue.FormatTime(want) {
+				t.Errorf("%s %s: %s, want %s", col, c.name, got, queue.FormatTime(want))
+			}
+		}
 		b.enqueue(t, queue.Spec{})
 		claimed := b.clk.Now()
 		cl := b.claim(t)
 		b.clk.Add(5 * time.Millisecond)
-		now := b.clk.Now()
-		errs, err := b.st.StartRuns(b.ctx, []queue.Start{{RunID: cl.RunID, Token: cl.Token, Pid: 7, Pgid: 7, At: c.at(claimed)}})
+		errs, err := b.st.StartRuns(b.ctx, []queue.Start{{RunID: cl.RunID, Token: cl.Token, Pid: 7, Pgid: 7, At: at(claimed)}})
 		if err != nil || errs[0] != nil {
-			t.Fatalf("%s: start: %v %v", c.name, err, errs)
+			t.Fatalf("start: %v %v", err, errs)
 		}
-		var got string
-		if err := b.st.DB.SQL.QueryRow(`SELECT started_at FROM runs WHERE id = ?`, cl.RunID).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if want := queue.FormatTime(c.want(claimed, now)); got != want {
-			t.Errorf("%s: started_at %s, want %s", c.name, got, want)
-		}
-		if _, err := b.st.FinishRun(b.ctx, cl.RunID, cl.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// TestEndRecordsWhenTheProcessEnded: likewise for the end, kept between
-// the run's start and the commit.
-func TestEndRecordsWhenTheProcessEnded(t *testing.T) {
-	t.Parallel()
-	b := setupRuns(t)
-	for _, c := range []struct {
-		name string
-		at   func(started time.Time) time.Time
-		want func(started, now time.Time) time.Time
-	}{
-		{"when the process ended", func(s time.Time) time.Time { return s.Add(3 * time.Millisecond) },
-			func(s, _ time.Time) time.Time { return s.Add(3 * time.Millisecond) }},
-		{"not before the start", func(s time.Time) time.Time { return s.Add(-time.Hour) },
-			func(s, _ time.Time) time.Time { return s }},
-		{"not after the commit", func(s time.Time) time.Time { return s.Add(time.Hour) },
-			func(_, now time.Time) time.Time { return now }},
-		{"now, when unknown", func(time.Time) time.Time { return time.Time{} },
-			func(_, now time.Time) time.Time { return now }},
-	} {
-		b.enqueue(t, queue.Spec{})
-		cl := b.claim(t)
-		b.clk.Add(time.Millisecond)
-		started := b.clk.Now()
-		if err := b.st.StartRun(b.ctx, cl.RunID, cl.Token, 7, 7); err != nil {
+		check("started_at", cl.RunID, claimed, b.clk.Now())
+		var started string
+		if err := b.st.DB.SQL.QueryRow(`SELECT started_at FROM runs WHERE id = ?`, cl.RunID).Scan(&started); err != nil {
 			t.Fatal(err)
 		}
 		b.clk.Add(10 * time.Millisecond)
-		now := b.clk.Now()
-		if _, err := b.st.FinishRun(b.ctx, cl.RunID, cl.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0), At: c.at(started)}); err != nil {
+		lower := queue.ParseStoredTime(started)
+		if _, err := b.st.FinishRun(b.ctx, cl.RunID, cl.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0), At: at(lower)}); err != nil {
 			t.Fatal(err)
 		}
-		var got string
-		if err := b.st.DB.SQL.QueryRow(`SELECT ended_at FROM runs WHERE id = ?`, cl.RunID).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if want := queue.FormatTime(c.want(started, now)); got != want {
-			t.Errorf("%s: ended_at %s, want %s", c.name, got, want)
-		}
+		check("ended_at", cl.RunID, lower, b.clk.Now())
 	}
 }
