@@ -162,8 +162,8 @@ func New(st *queue.Store, opt Options) *Worker {
 		// leader, whose tid is the pid).
 		childrenFile: fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()),
 		ownRunID:     os.Getenv("CQ_RUN_ID"),
-		startTimer: stoppedTimer(),
-		dueTimer:   stoppedTimer(),
+		startTimer:   stoppedTimer(),
+		dueTimer:     stoppedTimer(),
 	}
 }
 
