@@ -42,7 +42,9 @@ func TestWorkerStartsDelayedWorkWhenDue(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
 	})
 	add("after", "300ms")
 	deadline := time.Now().Add(30 * time.Second)
