@@ -828,3 +828,44 @@ func TestMultiStopsWhenInterrupted(t *testing.T) {
 		t.Errorf("multi interrupted: err %v, stderr %q, reached %v; want context.Canceled, nothing printed, only a", err, stderr.String(), reached)
 	}
 }
+
+// TestCommandWord: the command a command line names is found past the
+// global flags and their values, so that only it is built; anything
+// unclear builds the whole tree (""). Every command is built by name and
+// listed in help.
+func TestCommandWord(t *testing.T) {
+	for line, want := range map[string]string{
+		"enqueue -- true":                "enqueue",
+		"--home h enqueue -- true":       "enqueue",
+		"--home=h -q --db x.db ls":       "ls",
+		"-o json show x":                 "show",
+		"-ojson --output=jsonl queue ls": "queue",
+		"--quiet wait x":                 "wait",
+		"-qo json ls":                    "",
+		"--bogus ls":                     "",
+		"--home":                         "",
+		"":                               "",
+		"help enqueue":                   "help",
+		"-- enqueue":                     "",
+	} {
+		if got := commandWord(strings.Fields(line)); got != want {
+			t.Errorf("commandWord(%q) = %q, want %q", line, got, want)
+		}
+	}
+	if len(commands) != len(commandOrder) {
+		t.Errorf("%d commands built by name, %d listed", len(commands), len(commandOrder))
+	}
+	full := newRoot(&App{}, "")
+	for _, name := range commandOrder {
+		if commands[name] == nil {
+			t.Errorf("%s is listed but not built by name", name)
+		}
+		c, _, err := full.Find([]string{name})
+		if err != nil || c.Name() != name {
+			t.Errorf("the whole tree has no %s: %v", name, err)
+		}
+		if only := newRoot(&App{}, name); len(only.Commands()) != 1 || only.Commands()[0].Name() != name {
+			t.Errorf("a %s command line builds %d commands", name, len(only.Commands()))
+		}
+	}
+}
