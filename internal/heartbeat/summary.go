@@ -19,14 +19,15 @@ type Summary struct {
 
 // WriteSummary writes the summary of an ended run into its folder under
 // home (created if the run never had one), whoever ended it: its worker,
-// or the reaper. Errors are ignored: the store holds the same facts.
+// the reaper, or a user's cancel of a run not started yet. A run that has
+// not ended gets none. Errors are ignored: the store holds the same facts.
 func WriteSummary(ctx context.Context, st *queue.Store, home, taskID, runID string) {
 	runs, err := st.Runs(context.WithoutCancel(ctx), taskID)
 	if err != nil {
 		return
 	}
 	for _, r := range runs {
-		if r.ID == runID {
+		if r.ID == runID && r.EndedAt != nil {
 			SaveSummary(home, r)
 			return
 		}

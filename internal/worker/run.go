@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 	"golang.org/x/sys/unix"
@@ -710,6 +711,11 @@ func (w *Worker) started(runs []*run, errs []error) {
 			w.log.Warn("run.start_refused", "task", r.c.TaskID, "run", r.c.RunID, "error", errs[i].Error())
 			r.markLost()
 			signalGroup(r.pgid, syscall.SIGKILL)
+			// Cancelled before its start was recorded: whoever ended it
+			// had no folder to write its summary into, perhaps.
+			if w.opt.Home != "" {
+				heartbeat.WriteSummary(context.Background(), w.st, w.opt.Home, r.c.TaskID, r.c.RunID)
+			}
 			continue
 		}
 		w.log.Info("run.started", "task", r.c.TaskID, "run", r.c.RunID, "attempt", r.c.Attempt, "pid", r.pgid, "queue", r.c.Queue)
