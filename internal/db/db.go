@@ -110,7 +110,8 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("empty database path")
 	}
-	if err := createPrivate(path); err != nil {
+	foreign, err := createPrivate(path)
+	if err != nil {
 		return nil, err
 	}
 	q := url.Values{}
@@ -142,6 +143,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if v == LatestVersion() {
 		// Up to date, so already in WAL mode (set before the first
 		// migration): the common case costs one statement.
+		privateSides(path, foreign)
 		return d, nil
 	}
 	if err := d.walMode(ctx); err != nil {
@@ -152,32 +154,55 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		_ = sqldb.Close()
 		return nil, err
 	}
+	privateSides(path, foreign)
 	return d, nil
+}
+
+// privateSides makes the -wal and -shm files beside a database file of
+// another mode than 0600 private (SPEC section 1): SQLite creates them
+// with the database file's mode. They exist once a connection has read
+// the store in WAL mode; another process may make them again later, and
+// its cq makes them private in turn.
+func privateSides(path string, foreign bool) {
+	if !foreign {
+		return
+	}
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(side); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() != 0o600 {
+			_ = os.Chmod(side, 0o600)
+		}
+	}
 }
 
 // createPrivate makes sure the database file exists with mode 0600 before
 // SQLite opens it: SQLite gives the -wal and -shm files the mode of the
 // database file, so they end up private too, whatever the umask.
-func createPrivate(path string) error {
+// It reports whether an existing database file keeps another mode.
+func createPrivate(path string) (foreign bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		// SQLite opens it as it is. An empty file (made by someone else,
 		// say with touch) becomes a store now, so it is made 0600 as if cq
 		// had created it: SQLite gives the -wal and -shm files the mode
-		// of the database file. A database with content keeps its mode.
-		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 && fi.Mode().Perm() != 0o600 {
-			_ = os.Chmod(path, 0o600) // another user's file: SQLite decides
+		// of the database file. A database with content keeps its mode,
+		// and its -wal and -shm are made private once open (privateSides).
+		fi, err := os.Stat(path)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() == 0o600 {
+			return false, nil
 		}
-		return nil
+		if fi.Size() == 0 && os.Chmod(path, 0o600) == nil {
+			return false, nil
+		}
+		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("database folder: %w", err)
+		return false, fmt.Errorf("database folder: %w", err)
 	case err != nil:
-		return fmt.Errorf("open database: %w", err)
+		return false, fmt.Errorf("open database: %w", err)
 	}
 	defer f.Close()
 	// Created just now, under whatever umask: make it exactly 0600.
-	return f.Chmod(0o600)
+	return false, f.Chmod(0o600)
 }
 
 func (d *DB) userVersion(ctx context.Context, q interface {

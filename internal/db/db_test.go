@@ -300,17 +300,31 @@ func summary(files map[string]string) map[string]string {
 // TestFilesArePrivateWhateverTheUmask: cq.db, -wal and -shm are 0600 even
 // under umask 0 (SPEC section 1), for a new store and for an empty
 // database file made beforehand with another mode (touch), which cq takes
-// as a new store: SQLite would give the -wal and -shm files its mode. It
+// as a new store: SQLite would give the -wal and -shm files its mode. A
+// store with content keeps its mode, but not its -wal and -shm. It
 // changes the process umask, so it must not run beside other tests (no
 // t.Parallel).
 func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	t.Cleanup(func() { syscall.Umask(old) })
 
-	for _, before := range []string{"no file", "an empty 0666 file"} {
+	for _, before := range []string{"no file", "an empty 0666 file", "a 0644 store"} {
 		path := filepath.Join(t.TempDir(), "cq.db")
-		if before != "no file" {
+		switch before {
+		case "an empty 0666 file":
 			if err := os.WriteFile(path, nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
+		case "a 0644 store":
+			// A store copied in with another mode keeps it; its -wal and
+			// -shm, which cq makes, are private all the same.
+			open(t, path).Close()
+			for _, side := range []string{"-wal", "-shm"} {
+				if err := os.Remove(path + side); err != nil && !os.IsNotExist(err) {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chmod(path, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -323,6 +337,12 @@ func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 			st, err := os.Stat(name)
 			if err != nil {
 				t.Fatalf("%s: %v", filepath.Base(name), err)
+			}
+			if name == path && before == "a 0644 store" {
+				if perm := st.Mode().Perm(); perm != 0o644 {
+					t.Errorf("the copied store's mode became %#o, want its own 0644", perm)
+				}
+				continue
 			}
 			if perm := st.Mode().Perm(); perm != 0o600 {
 				t.Errorf("from %s: %s has mode %#o under umask 0, want 0600", before, filepath.Base(name), perm)
