@@ -71,15 +71,15 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
-		// Only a task with dependency edges can have a count: the edges
-		// are read first (+state keeps tasks_state out of it, see
-		// sqlCancelOrphans).
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = 0
-			WHERE +state = 'blocked' AND deps_left > 0 AND id IN (SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-				WHERE +t.state = 'blocked' AND t.deps_left > 0 LIMIT 1000)
-			AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.dep_id
-				WHERE d.task_id = tasks.id AND dep.state != 'done')`); err != nil {
+		// Only a task with dependency edges can have a count: a window
+		// of the edges is read first (+state keeps tasks_state out of
+		// it, see sqlCancelOrphans).
+		if lo, hi, ok, err := depWindow(ctx, tx, now, "deps_heal_after"); err != nil {
 			return err
+		} else if ok {
+			if _, err := tx.ExecContext(ctx, sqlHealDepCounts, lo, hi); err != nil {
+				return err
+			}
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
 			WHERE state = 'blocked' AND hold = 0 AND deps_left = 0 AND (not_before IS NULL OR not_before <= ?) LIMIT 1000`, FormatTime(now))
@@ -96,13 +96,65 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// sqlHealDepCounts zeroes the stale dependency count of a blocked task
+// whose dependencies are all done, among the tasks of one window of the
+// dependency edges (see depWindow).
+const sqlHealDepCounts = `UPDATE tasks SET deps_left = 0
+	WHERE +state = 'blocked' AND deps_left > 0 AND id IN (SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
+		WHERE d.task_id > ? AND d.task_id <= ? AND +t.state = 'blocked' AND t.deps_left > 0)
+	AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.dep_id
+		WHERE d.task_id = tasks.id AND dep.state != 'done')`
+
 // sqlCancelOrphans finds tasks still waiting on a dependency that ended
-// failed or cancelled. It reads the dependency edges and looks both tasks
-// up by id: through tasks_state it read every failed and cancelled task
-// of the store (3 s for 1.5M, every heartbeat pass, under the write lock).
+// failed or cancelled, among one window of the dependency edges (see
+// depWindow). It reads the edges and looks both tasks up by id: through
+// tasks_state it read every failed and cancelled task of the store (3 s
+// for 1.5M, every heartbeat pass, under the write lock).
 const sqlCancelOrphans = `SELECT d.task_id, dep.id, dep.state FROM task_deps d
 	JOIN tasks dep ON dep.id = d.dep_id JOIN tasks t ON t.id = d.task_id
-	WHERE +dep.state IN ('failed','cancelled') AND +t.state IN ('inbox','todo','blocked') LIMIT 1000`
+	WHERE d.task_id > ? AND d.task_id <= ? AND +dep.state IN ('failed','cancelled') AND +t.state IN ('inbox','todo','blocked') LIMIT 1000`
+
+// DepWindowEdges bounds how many dependency edges one pass of a
+// dependency safety net reads.
+const DepWindowEdges = 5000
+
+// depWindow is the range (lo, hi] of dependent task ids that one pass of
+// the safety net named key reads: the next DepWindowEdges edges after
+// where its last pass stopped (kept in system_state), from the start
+// again once a pass reached the end; ok is false when there are no edges.
+// Edges stay while their tasks do, finished ones included: reading all of
+// a million took about a second under the write lock, on every pass of
+// every worker and of cq heartbeat. Passes come every 30 s per worker, so
+// every edge is looked at within a few hundred passes; the event-driven
+// cascade and promotions do the work on time.
+func depWindow(ctx context.Context, tx *db.Tx, now time.Time, key string) (lo, hi string, ok bool, err error) {
+	switch err := tx.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&lo); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return "", "", false, err
+	}
+	var last sql.NullString
+	var n int
+	for {
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(task_id), COUNT(*) FROM
+			(SELECT task_id FROM task_deps WHERE task_id > ? ORDER BY task_id LIMIT ?)`, lo, DepWindowEdges).Scan(&last, &n); err != nil {
+			return "", "", false, err
+		}
+		if n > 0 || lo == "" {
+			break
+		}
+		lo = "" // past the end: from the start
+	}
+	next := last.String
+	if n < DepWindowEdges {
+		next = ""
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, next, FormatTime(now)); err != nil {
+		return "", "", false, err
+	}
+	return lo, last.String, n > 0, nil
+}
 
 // CancelOrphans is the safety net behind the event-driven cascade: a task
 // still waiting on a dependency that ended failed or cancelled is
@@ -111,7 +163,11 @@ func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 	n := 0
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n = 0
-		rows, err := tx.QueryContext(ctx, sqlCancelOrphans)
+		lo, hi, ok, err := depWindow(ctx, tx, now, "deps_orphans_after")
+		if err != nil || !ok {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, sqlCancelOrphans, lo, hi)
 		if err != nil {
 			return err
 		}

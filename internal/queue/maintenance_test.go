@@ -682,6 +682,66 @@ func TestCancelOrphansSafetyNet(t *testing.T) {
 	}
 }
 
+// TestDependencySafetyNetsReadWindows: with more dependency edges than
+// one pass reads (queue.DepWindowEdges), each pass of the count heal and
+// of the orphan scan reads the next window, and successive passes reach
+// every edge: stale counts of tasks beyond the first window heal and
+// orphans beyond it are cancelled.
+func TestDependencySafetyNetsReadWindows(t *testing.T) {
+	e := mntSetup(t)
+	e.add(queue.Spec{ID: "root"})
+	e.add(queue.Spec{ID: "bad"})
+	n := queue.DepWindowEdges*2 + 10
+	specs := make([]queue.Spec, 0, n+1)
+	for i := range n {
+		specs = append(specs, queue.Spec{ID: fmt.Sprintf("k%06d", i), Cmd: []string{"true"}, After: []string{"root"}})
+	}
+	// The orphan sorts after every window but the last.
+	specs = append(specs, queue.Spec{ID: "z-orphan", Cmd: []string{"true"}, After: []string{"bad"}})
+	for i := range specs {
+		sp, err := specs[i].Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[i] = sp
+	}
+	if _, err := e.st.Create(e.ctx, specs, queue.CreateOptions{Enqueue: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Events the cascade never saw: root done and bad failed, by SQL.
+	e.exec(`UPDATE tasks SET state = 'done', finished_at = ?, lane_head = 0 WHERE id = 'root'`, queue.FormatTime(e.clk.Now()))
+	e.exec(`UPDATE tasks SET state = 'failed', finished_at = ?, lane_head = 0 WHERE id = 'bad'`, queue.FormatTime(e.clk.Now()))
+	cancelled := 0
+	for pass := 1; pass <= 3; pass++ {
+		k, err := e.st.CancelOrphans(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled += k
+		if pass < 3 && cancelled != 0 {
+			t.Fatalf("the orphan, in the third window, was cancelled by pass %d", pass)
+		}
+	}
+	if cancelled != 1 || e.state("z-orphan") != queue.TaskCancelled {
+		t.Errorf("after three passes %d cancelled, the orphan is %s; want it cancelled", cancelled, e.state("z-orphan"))
+	}
+	stale := func() int { return e.count(`SELECT COUNT(*) FROM tasks WHERE id LIKE 'k%' AND deps_left > 0`) }
+	if _, err := e.st.PromoteReady(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := stale(); got != n-queue.DepWindowEdges {
+		t.Errorf("after one heal pass %d stale counts, want %d (one window healed)", got, n-queue.DepWindowEdges)
+	}
+	for range 3 {
+		if _, err := e.st.PromoteReady(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := stale(); got != 0 {
+		t.Errorf("after four heal passes %d stale counts, want 0", got)
+	}
+}
+
 // TestWarnWaitingOnceUntilRequeued: one task.waiting event per entry into
 // todo, counted from that entry, by the queue's warn-after; the task is
 // never moved for it.

@@ -104,10 +104,13 @@ func TestCleanupDeletesByID(t *testing.T) {
 	if !strings.Contains(plan, "USING INDEX sqlite_autoindex_tasks_1 (id=?)") || strings.Contains(plan, "tasks_state") {
 		t.Errorf("cleanup's delete does not find its rows by id:\n%s", plan)
 	}
-	// The heartbeat's orphan scan reads the dependency edges, never every
-	// failed and cancelled task.
-	if plan := boundPlan(t, d, sqlCancelOrphans); strings.Contains(plan, "tasks_state") || !strings.Contains(plan, "SCAN d") {
-		t.Errorf("the orphan scan does not start from the dependency edges:\n%s", plan)
+	// The heartbeat's orphan scan and dependency-count heal read a
+	// window of the dependency edges, never every failed and cancelled
+	// task, nor every edge.
+	for name, q := range map[string]string{"orphan scan": sqlCancelOrphans, "count heal": sqlHealDepCounts} {
+		if plan := boundPlan(t, d, q); strings.Contains(plan, "tasks_state") || !strings.Contains(plan, "SEARCH d USING PRIMARY KEY (task_id>? AND task_id<?)") {
+			t.Errorf("the %s does not read a window of the dependency edges:\n%s", name, plan)
+		}
 	}
 	bareOrphans := strings.NewReplacer("+dep.state", "dep.state", "+t.state", "t.state").Replace(sqlCancelOrphans)
 	if plan := boundPlan(t, d, bareOrphans); !strings.Contains(plan, "tasks_state") {
