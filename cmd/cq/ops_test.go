@@ -869,3 +869,34 @@ func TestCommandWord(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitOutlivesCleanup: a task that cq cleanup deletes while cq wait
+// looks (it had finished) counts as it was last seen, not as an unknown
+// id (exit 4); one deleted before cq wait saw it finish counts against
+// the wait, named on stderr.
+func TestWaitOutlivesCleanup(t *testing.T) {
+	gone := fmt.Errorf("wrapped: %w", &queue.Error{Code: queue.CodeNotFound, Msg: "no task"})
+	tasks := map[string]*queue.Task{
+		"a": {ID: "a", State: queue.TaskDone},
+		"b": {ID: "b", State: queue.TaskTodo},
+		"c": {ID: "c", State: queue.TaskTodo},
+	}
+	w := waiter{get: func(id string) (*queue.Task, error) {
+		if t, ok := tasks[id]; ok {
+			return t, nil
+		}
+		return nil, gone
+	}}
+	ids := []string{"a", "b", "c"}
+	if pending, bad, err := w.look(ids); err != nil || pending != 2 || len(bad) != 0 {
+		t.Fatalf("first look: %d pending, %v, %v; want 2, none", pending, bad, err)
+	}
+	// cleanup deletes a (done, seen) and c (seen only in todo); b ends.
+	delete(tasks, "a")
+	delete(tasks, "c")
+	tasks["b"] = &queue.Task{ID: "b", State: queue.TaskDone}
+	pending, bad, err := w.look(ids)
+	if err != nil || pending != 0 || len(bad) != 1 || !strings.Contains(bad[0], "task c was deleted") {
+		t.Errorf("after the cleanup: %d pending, %q, %v; want 0, only c named", pending, bad, err)
+	}
+}

@@ -49,31 +49,18 @@ interrupted by SIGINT (SIGTERM).`,
 			}
 			tick := time.NewTicker(waitPoll)
 			defer tick.Stop()
+			w := waiter{get: func(id string) (*queue.Task, error) { return st.Get(ctx, id) }}
 			for {
-				pending := 0
-				var bad []*queue.Task
-				for _, id := range ids {
-					t, err := st.Get(ctx, id)
-					if err != nil && ctx.Err() != nil {
-						return silentExit(exitInterrupted)
-					}
-					if err != nil {
-						return err
-					}
-					switch {
-					case !queue.TaskTerminal(t.State):
-						pending++
-					case t.State != queue.TaskDone:
-						bad = append(bad, t)
-					}
+				pending, bad, err := w.look(ids)
+				if err != nil && ctx.Err() != nil {
+					return silentExit(exitInterrupted)
+				}
+				if err != nil {
+					return err
 				}
 				if pending == 0 {
-					for _, t := range bad {
-						msg := fmt.Sprintf("cq: task %s ended %s", t.ID, t.State)
-						if t.Reason != nil {
-							msg += " (" + *t.Reason + ")"
-						}
-						fmt.Fprintln(app.Stderr, msg)
+					for _, b := range bad {
+						fmt.Fprintln(app.Stderr, "cq: "+b)
 					}
 					if len(bad) > 0 {
 						return silentExit(exitError)
@@ -92,4 +79,47 @@ interrupted by SIGINT (SIGTERM).`,
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "give up after this long (exit 124)")
 	return cmd
+}
+
+// waiter is one cq wait's view of its tasks. A task that cleanup deletes
+// while cq wait looks (retention shorter than the wait) ended before:
+// cleanup deletes only finished tasks. It counts as it was last seen, or,
+// if cq wait never saw it finished, as an end it cannot name.
+type waiter struct {
+	get  func(id string) (*queue.Task, error)
+	seen map[string]*queue.Task // the last look at each task
+}
+
+// look reads every task once: how many are not finished yet, and why
+// each finished one that is not done counts against the wait.
+func (w *waiter) look(ids []string) (pending int, bad []string, err error) {
+	if w.seen == nil {
+		w.seen = map[string]*queue.Task{}
+	}
+	for _, id := range ids {
+		t, err := w.get(id)
+		switch {
+		case queue.IsNotFound(err):
+			last := w.seen[id]
+			if last == nil || !queue.TaskTerminal(last.State) {
+				bad = append(bad, fmt.Sprintf("task %s was deleted (cq cleanup) before cq wait saw how it ended", id))
+				continue
+			}
+			t = last
+		case err != nil:
+			return 0, nil, err
+		}
+		w.seen[id] = t
+		switch {
+		case !queue.TaskTerminal(t.State):
+			pending++
+		case t.State != queue.TaskDone:
+			msg := fmt.Sprintf("task %s ended %s", t.ID, t.State)
+			if t.Reason != nil {
+				msg += " (" + *t.Reason + ")"
+			}
+			bad = append(bad, msg)
+		}
+	}
+	return pending, bad, nil
 }
