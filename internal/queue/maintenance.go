@@ -145,6 +145,9 @@ func depWindow(ctx context.Context, tx *db.Tx, now time.Time, key string) (lo, h
 		}
 		lo = "" // past the end: from the start
 	}
+	if n == 0 {
+		return "", "", false, nil // no edges: nothing to read or to note
+	}
 	next := last.String
 	if n < DepWindowEdges {
 		next = ""
@@ -153,7 +156,7 @@ func depWindow(ctx context.Context, tx *db.Tx, now time.Time, key string) (lo, h
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, next, FormatTime(now)); err != nil {
 		return "", "", false, err
 	}
-	return lo, last.String, n > 0, nil
+	return lo, last.String, true, nil
 }
 
 // CancelOrphans is the safety net behind the event-driven cascade: a task
