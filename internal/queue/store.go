@@ -321,7 +321,17 @@ func cancelDependents(ctx context.Context, tx *db.Tx, now time.Time, dep, reason
 		return err
 	}
 	for _, t := range deps {
-		if err := cancelTask(ctx, tx, now, t, reason); err != nil {
+		// Read again: a task reached by two paths (a diamond: it waits on
+		// dep and on another of dep's dependents) was cancelled already
+		// by the cancel of an earlier one in this list.
+		cur, err := getTask(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		if TaskTerminal(cur.State) || cur.State == TaskDoing {
+			continue
+		}
+		if err := cancelTask(ctx, tx, now, cur, reason); err != nil {
 			return err
 		}
 	}

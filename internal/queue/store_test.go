@@ -568,6 +568,47 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
+	// e waits on a and on b, itself a dependent of a: the cancel of a
+	// reaches e twice, directly and through b. Before the fix the second
+	// visit refused (e was no longer blocked) and the whole cancel, or the
+	// failed run's end that caused it, was refused with it.
+	t.Run("a task waiting on a dependency and on its dependent is cancelled once", func(t *testing.T) {
+		t.Parallel()
+		for _, how := range []string{"cancel", "failed run"} {
+			b := setup(t)
+			a := b.enq(t, queue.Spec{})
+			bb := b.enq(t, queue.Spec{After: []string{a}})
+			e := b.enq(t, queue.Spec{After: []string{bb, a}})
+			switch how {
+			case "cancel":
+				if _, _, err := b.st.Cancel(b.ctx, a, ""); err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+			case "failed run":
+				c, err := b.st.Claim(b.ctx, queue.ClaimParams{Worker: "w", Lease: time.Minute})
+				if err != nil || c == nil || c.TaskID != a {
+					t.Fatalf("claim: %+v %v", c, err)
+				}
+				code := 1
+				if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunFailed, ExitCode: &code}); err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+			}
+			for _, id := range []string{bb, e} {
+				b.wantState(t, id, queue.TaskCancelled, "")
+			}
+			n := 0
+			for _, ev := range b.events(t, e) {
+				if str(ev.To) == queue.TaskCancelled {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s: task e got %d cancel events, want 1", how, n)
+			}
+		}
+	})
+
 	t.Run("retry of a dependent of a cancelled task is refused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
