@@ -21,6 +21,7 @@ type Result struct {
 	Promoted     int    `json:"promoted"`
 	Cancelled    int    `json:"cancelled"`
 	Warned       int    `json:"warned"`
+	Summaries    int    `json:"summaries_written"`
 	Health       string `json:"health"`
 }
 
@@ -97,6 +98,7 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 		}
 	}
 	r.Killed = len(killed)
+	r.Summaries = WriteMissingSummaries(ctx, st, opt.Home)
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
 		return r, err
 	}

@@ -1322,3 +1322,46 @@ func TestPassWarnsAboutEveryWaitingTask(t *testing.T) {
 		t.Errorf("health counts %d waiting, want %d", h.WaitingWarned, n)
 	}
 }
+
+// TestPassWritesMissingSummaries: a run whose end is recorded but whose
+// summary.json is missing (its worker was killed between the two) gets one
+// from a later pass, once its worker's own write had time (10 s); a run
+// that has its summary is left alone, and the next pass goes on after the
+// last run it looked at.
+func TestPassWritesMissingSummaries(t *testing.T) {
+	t.Parallel()
+	e := hbSetup(t)
+	end := func(id string) *queue.Claimed {
+		e.add(queue.Spec{ID: id})
+		c := e.claim("default", id, time.Minute)
+		e.start(c, 0)
+		e.finish(c, queue.RunSucceeded, 0)
+		return c
+	}
+	lost := end("lost")
+	kept := end("kept")
+	keptSummary := filepath.Join(e.home, "runs", kept.RunID, "summary.json")
+	if err := os.MkdirAll(filepath.Dir(keptSummary), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keptSummary, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 0 {
+		t.Fatalf("a pass right after the ends wrote %d summaries, want 0 (the workers' own writes come first)", r.Summaries)
+	}
+	e.clk.Add(11 * time.Second)
+	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 1 {
+		t.Fatalf("a pass 11 s later wrote %d summaries, want 1", r.Summaries)
+	}
+	b, err := os.ReadFile(filepath.Join(e.home, "runs", lost.RunID, "summary.json"))
+	if err != nil || !strings.Contains(string(b), `"state": "succeeded"`) || !strings.Contains(string(b), lost.RunID) {
+		t.Fatalf("the lost run's summary: %s, %v", b, err)
+	}
+	if b, _ := os.ReadFile(keptSummary); string(b) != "{}\n" {
+		t.Errorf("a run's own summary was rewritten: %s", b)
+	}
+	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 0 {
+		t.Errorf("the next pass wrote %d summaries, want 0", r.Summaries)
+	}
+}

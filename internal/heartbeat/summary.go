@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/queue"
@@ -55,4 +57,43 @@ func SaveSummary(home string, r queue.Run) {
 	}
 	_, _ = f.Write(append(b, '\n'))
 	_ = f.Close()
+}
+
+// summaryCheckBatch bounds how many ended runs one pass looks at, and
+// summaryGrace is how long after its end a run's own worker has to write
+// its summary (it does so just after the end's commit).
+const (
+	summaryCheckBatch = 2000
+	summaryGrace      = 10 * time.Second
+)
+
+// WriteMissingSummaries is the safety net behind the worker's own
+// summary.json writes: a worker killed between a run's recorded end and
+// its summary leaves none. Each pass looks at the next runs that ended
+// (after a cursor kept in system_state, summaryGrace ago at the latest)
+// and writes the summary of any whose folder lacks one. It returns how
+// many it wrote; errors leave it for the next pass.
+func WriteMissingSummaries(ctx context.Context, st *queue.Store, home string) int {
+	if home == "" {
+		return 0
+	}
+	cursor, _, err := st.SystemState(ctx, "summaries_after")
+	if err != nil {
+		return 0
+	}
+	after, afterID, _ := strings.Cut(cursor, " ")
+	runs, err := st.EndedRunsAfter(ctx, after, afterID, st.Now().Add(-summaryGrace), summaryCheckBatch)
+	if err != nil || len(runs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, r := range runs {
+		if _, err := os.Stat(filepath.Join(home, "runs", r.RunID, "summary.json")); os.IsNotExist(err) {
+			WriteSummary(ctx, st, home, r.TaskID, r.RunID)
+			n++
+		}
+	}
+	last := runs[len(runs)-1]
+	_ = st.SetSystemState(ctx, map[string]string{"summaries_after": last.EndedAt + " " + last.RunID})
+	return n
 }

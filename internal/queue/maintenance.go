@@ -331,3 +331,28 @@ func scanTasks(rows *sql.Rows) ([]*taskRow, error) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// EndedRun names a run that has ended, with when.
+type EndedRun struct{ TaskID, RunID, EndedAt string }
+
+// EndedRunsAfter lists up to limit runs that ended after the run (after,
+// afterID) in (ended_at, id) order, and before the time before, from the
+// runs_ended index.
+func (s *Store) EndedRunsAfter(ctx context.Context, after, afterID string, before time.Time, limit int) ([]EndedRun, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT task_id, id, ended_at FROM runs
+		WHERE ended_at IS NOT NULL AND ended_at >= ? AND ended_at < ? AND (ended_at > ? OR id > ?)
+		ORDER BY ended_at, id LIMIT ?`, after, FormatTime(before), after, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []EndedRun
+	for rows.Next() {
+		var r EndedRun
+		if err := rows.Scan(&r.TaskID, &r.RunID, &r.EndedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
