@@ -557,13 +557,7 @@ func TestDependencies(t *testing.T) {
 		if _, _, err := b.st.Cancel(b.ctx, a, ""); err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, e := range b.events(t, d) {
-			if str(e.To) == queue.TaskCancelled {
-				n++
-			}
-		}
-		if n != 1 {
+		if n := cancelEvents(t, b, d); n != 1 {
 			t.Fatalf("task %s got %d cancel events, want 1", d, n)
 		}
 	})
@@ -597,13 +591,7 @@ func TestDependencies(t *testing.T) {
 			for _, id := range []string{bb, e} {
 				b.wantState(t, id, queue.TaskCancelled, "")
 			}
-			n := 0
-			for _, ev := range b.events(t, e) {
-				if str(ev.To) == queue.TaskCancelled {
-					n++
-				}
-			}
-			if n != 1 {
+			if n := cancelEvents(t, b, e); n != 1 {
 				t.Errorf("%s: task e got %d cancel events, want 1", how, n)
 			}
 		}
@@ -1095,4 +1083,16 @@ func TestListEachAcrossChunks(t *testing.T) {
 	if i != 0 {
 		t.Errorf("listed %d tasks, want %d", n-i, n)
 	}
+}
+
+// cancelEvents counts the events that moved task id to cancelled.
+func cancelEvents(t *testing.T, b *bundle, id string) int {
+	t.Helper()
+	n := 0
+	for _, e := range b.events(t, id) {
+		if str(e.To) == queue.TaskCancelled {
+			n++
+		}
+	}
+	return n
 }
