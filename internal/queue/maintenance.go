@@ -128,9 +128,7 @@ const DepWindowEdges = 5000
 // every edge is looked at within a few hundred passes; the event-driven
 // cascade and promotions do the work on time.
 func depWindow(ctx context.Context, tx *db.Tx, now time.Time, key string) (lo, hi string, ok bool, err error) {
-	switch err := tx.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&lo); {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	if lo, _, err = systemState(ctx, tx, key); err != nil {
 		return "", "", false, err
 	}
 	var last sql.NullString
@@ -152,8 +150,7 @@ func depWindow(ctx context.Context, tx *db.Tx, now time.Time, key string) (lo, h
 	if n < DepWindowEdges {
 		next = ""
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, next, FormatTime(now)); err != nil {
+	if err := setSystemState(ctx, tx, now, key, next); err != nil {
 		return "", "", false, err
 	}
 	return lo, last.String, true, nil
@@ -263,8 +260,7 @@ func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more boo
 func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error {
 	return s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		for k, v := range kv {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
-				ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, k, v, FormatTime(now)); err != nil {
+			if err := setSystemState(ctx, tx, now, k, v); err != nil {
 				return err
 			}
 		}
@@ -272,11 +268,21 @@ func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error 
 	})
 }
 
+func setSystemState(ctx context.Context, tx *db.Tx, now time.Time, key, value string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, FormatTime(now))
+	return err
+}
+
 // SystemState reads one system_state value; ok is false if it was never
 // set.
 func (s *Store) SystemState(ctx context.Context, key string) (string, bool, error) {
+	return systemState(ctx, s.DB.SQL, key)
+}
+
+func systemState(ctx context.Context, q querier, key string) (string, bool, error) {
 	var v string
-	err := s.DB.SQL.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&v)
+	err := q.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
