@@ -113,6 +113,7 @@ retries them with backoff, keeps their logs and reports health.`,
 			sub.SilenceUsage, sub.SilenceErrors = true, true
 		}
 	}
+	root.SetHelpCommand(helpCommand())
 	root.SetOut(app.Stdout)
 	root.SetErr(app.Stderr)
 	root.SetIn(app.Stdin)
@@ -214,4 +215,43 @@ func flagErrorText(err error) string {
 		return head + ": want true or false"
 	}
 	return head
+}
+
+// helpCommand is cobra's help command, except that an unknown topic is
+// bad usage (one line on stderr, exit 1) rather than the whole usage on
+// stdout with exit 0.
+func helpCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long: `Help provides help for any command in the application.
+Simply type cq help [path to command] for full details.`,
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, _, err := c.Root().Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			if cmd == nil {
+				cmd = c.Root()
+			}
+			var names []cobra.Completion
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() || sub == c {
+					if strings.HasPrefix(sub.Name(), toComplete) {
+						names = append(names, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+					}
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if cmd == nil || err != nil || len(rest) > 0 {
+				return usageErr("unknown help topic %q (see cq help)", strings.Join(args, " "))
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	}
 }

@@ -120,7 +120,115 @@ func ParseSpecJSON(line []byte) (Spec, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return s, invalidf("bad task spec: unexpected data after the JSON object")
 	}
+	// encoding/json matches field names without regard to case, so
+	// "Cmd" would fill (or replace) cmd: names are checked as written.
+	if err := checkSpecKeys(trimmed); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// specFields are the names a JSONL spec may use, exactly as written.
+var specFields = map[string]bool{
+	"id": true, "cmd": true, "shell": true, "intent": true, "payload": true, "queue": true,
+	"key": true, "unique": true, "priority": true, "after": true, "timeout": true,
+	"retries": true, "delay": true, "at": true, "env": true, "cwd": true, "hold": true,
+}
+
+// checkSpecKeys walks the top-level names of obj, a JSON object the
+// decoder has already accepted: each must be a spec field spelled exactly
+// (case included), none may appear twice, and an id given as "" is
+// refused rather than taken for no id (null still means none).
+func checkSpecKeys(obj []byte) error {
+	seen := make(map[string]bool, 8)
+	i := skipSpace(obj, 1) // past '{'
+	for i < len(obj) && obj[i] == '"' {
+		end := skipString(obj, i)
+		if end-1 <= i {
+			break
+		}
+		name := string(obj[i+1 : end-1])
+		if strings.IndexByte(name, '\\') >= 0 {
+			if err := json.Unmarshal(obj[i:end], &name); err != nil {
+				return invalidf("bad task spec: %s", jsonErr(err))
+			}
+		}
+		if !specFields[name] {
+			return invalidf("bad task spec: unknown field %q", name)
+		}
+		if seen[name] {
+			return invalidf("bad task spec: field %q given twice", name)
+		}
+		seen[name] = true
+		i = skipSpace(obj, end)
+		i = skipSpace(obj, i+1) // past ':'
+		vend := skipValue(obj, i)
+		if name == "id" && string(obj[i:vend]) == `""` {
+			return invalidf("bad task spec: empty id")
+		}
+		i = skipSpace(obj, vend)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the JSON string starting at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value starting at i
+// (valid JSON: the decoder has read it).
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	if b[i] == '"' {
+		return skipString(b, i)
+	}
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			i = skipString(b, i) - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		case ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 func jsonErr(err error) string {

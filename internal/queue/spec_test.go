@@ -92,3 +92,36 @@ func TestSameSpecComparesPayloadsAsJSON(t *testing.T) {
 		t.Error("comparing numbers with huge exponents took over 10s")
 	}
 }
+
+// JSONL field names are taken as written: encoding/json alone would let
+// "Cmd" fill or replace cmd.
+func TestParseSpecJSONFieldNames(t *testing.T) {
+	for _, line := range []string{
+		`{"id":"x","cmd":["true"],"Cmd":["false"]}`,
+		`{"ID":"y","cmd":["true"]}`,
+		`{"cmd":["true"],"Priority":"P0"}`,
+		`{"cmd":["true"],"cmd":["false"]}`,
+		`{"id":"","cmd":["true"]}`,
+		`{ "id" : "" , "cmd":["true"]}`,
+	} {
+		_, err := queue.ParseSpecJSON([]byte(line))
+		if qe := (*queue.Error)(nil); !errors.As(err, &qe) || qe.Code != queue.CodeInvalid {
+			t.Errorf("ParseSpecJSON(%s) = %v, want an invalid-spec error", line, err)
+		}
+	}
+	for _, tc := range []struct{ line, id, cmd string }{
+		{`{"id":null,"cmd":["true"]}`, "", "true"},
+		{`{"\u0069d":"esc","cmd":["true"]}`, "esc", "true"},
+		{`{"env":{"Cmd":"x","cmd":"y"},"payload":{"Cmd":[1,{"id":""}]},"intent":"i","id":"n"}`, "n", ""},
+		{"{\"cmd\" :\t[\"a,b\", \"}\"] , \"id\":\"s\" }", "s", "a,b"},
+	} {
+		sp, err := queue.ParseSpecJSON([]byte(tc.line))
+		if err != nil {
+			t.Errorf("ParseSpecJSON(%s): %v", tc.line, err)
+			continue
+		}
+		if sp.ID != tc.id || (tc.cmd != "" && (len(sp.Cmd) == 0 || sp.Cmd[0] != tc.cmd)) {
+			t.Errorf("ParseSpecJSON(%s) = id %q cmd %q, want id %q cmd %q", tc.line, sp.ID, sp.Cmd, tc.id, tc.cmd)
+		}
+	}
+}
