@@ -61,7 +61,7 @@ $(BENCHSTAT):
 	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 	mv $(BIN)/benchstat $(BENCHSTAT)
 
-fuzz: ## run each fuzz target for $(FUZZTIME)
+fuzz: ## run each fuzz target for FUZZTIME (20s)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSpecJSON$$' -fuzztime $(FUZZTIME) ./internal/queue
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./internal/queue
 	$(GO) test -run '^$$' -fuzz '^FuzzSpoolDrain$$' -fuzztime $(FUZZTIME) ./internal/queue

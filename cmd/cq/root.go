@@ -94,7 +94,7 @@ retries them with backoff, keeps their logs and reports health.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&app.HomeFlag, "home", "", "home folder (default $CQ_HOME, $XDG_STATE_HOME/cq, ~/.local/state/cq)")
 	pf.StringVar(&app.DBFlag, "db", "", "database URL (default $CQ_DB, sqlite://<home>/cq.db)")
-	pf.StringVarP(&app.Output, "output", "o", "", "output format: table, json or jsonl")
+	pf.StringVarP(&app.Output, "output", "o", "", "output format: table, json or jsonl (cq health: also prometheus)")
 	pf.BoolVarP(&app.Quiet, "quiet", "q", false, "print ids only, one per line")
 
 	// The command line names one command: only it is built (building them

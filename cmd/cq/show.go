@@ -38,11 +38,15 @@ func newShowCmd(app *App) *cobra.Command {
 				}
 				return *s
 			}
+			after := "-"
+			if len(t.After) > 0 {
+				after = strings.Join(t.After, ",")
+			}
 			rows := [][]string{
 				{"id", t.ID}, {"state", t.State}, {"queue", t.Queue}, {"key", opt(t.Key)},
 				{"priority", t.Priority}, {"attempts", strconv.Itoa(t.Attempts)},
 				{"blocked_reason", opt(t.BlockedReason)}, {"not_before", opt(t.NotBefore)},
-				{"after", strings.Join(t.After, ",")}, {"hold", strconv.FormatBool(t.Hold)},
+				{"after", after}, {"hold", strconv.FormatBool(t.Hold)},
 				{"command", t.Command()}, {"cwd", opt(t.Cwd)}, {"created_at", t.CreatedAt},
 				{"updated_at", t.UpdatedAt}, {"finished_at", opt(t.FinishedAt)}, {"reason", opt(t.Reason)},
 			}

@@ -86,7 +86,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 	f.IntVarP(&opt.Concurrency, "concurrency", "c", 1, "runs at once")
 	f.BoolVar(&opt.Once, "once", false, "exit 0 when nothing is runnable and no run is left")
 	f.StringVar(&idleExit, "idle-exit", "", "exit 0 after being idle this long (0: never)")
-	f.StringVar(&lease, "lease", "90s", "lease TTL, renewed every TTL/3")
+	f.StringVar(&lease, "lease", "90s", "lease TTL, renewed every TTL/3 (at least 3s)")
 	f.StringVar(&grace, "grace", "10s", "on stop or timeout, SIGTERM then SIGKILL after this long")
 	f.StringVar(&opt.Handlers, "handlers", "", "intent handlers folder (default $CQ_HANDLERS, <home>/handlers)")
 	return cmd

@@ -15,7 +15,14 @@ trap cleanup EXIT
 export CQ_HOME=$home/cq
 bold=$(printf '\033[1m') plain=$(printf '\033[0m')
 step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; }
-run() { step "$@"; "$@"; }
+# run shows the command as a user would type it (cq, not the path of the
+# binary the demo uses), then runs it.
+run() {
+	local shown=("$@")
+	[ "$1" = "$cq" ] && shown[0]=cq
+	step "${shown[@]}"
+	"$@"
+}
 
 step 'build=$(cq enqueue --key site -- sh -c "echo building; sleep 0.3")'
 build=$("$cq" enqueue --key site -- sh -c 'echo building; sleep 0.3'); echo "$build"

@@ -11,7 +11,8 @@
 set -euo pipefail
 url=${1:?usage: events-to-webhook.sh URL [SEQ_FILE]}
 cq=${CQ:-cq}
-seqfile=${2:-${CQ_HOME:-$HOME/.local/state/cq}/webhook.seq}
+seqfile=${2:-${CQ_HOME:-${XDG_STATE_HOME:-$HOME/.local/state}/cq}/webhook.seq}
+mkdir -p "$(dirname "$seqfile")"
 since=$(cat "$seqfile" 2>/dev/null || echo 0)
 follow=()
 [ "${SYNC_FOLLOW:-0}" = 1 ] && follow=(--follow)
@@ -20,7 +21,10 @@ exec 3< <("$cq" events --since "$since" "${follow[@]}")
 events=$!
 trap 'kill "$events" 2>/dev/null || true' EXIT
 while IFS= read -r line <&3; do
-	curl -fsS --max-time 10 -X POST -H 'Content-Type: application/json' --data-binary "$line" "$url" >/dev/null
+	if ! curl -fsS --max-time 10 -X POST -H 'Content-Type: application/json' --data-binary "$line" "$url" >/dev/null; then
+		echo "events-to-webhook: POST failed; stopped before seq $(jq -r .seq <<<"$line")" >&2
+		exit 1
+	fi
 	seq=$(jq -r .seq <<<"$line")
 	# Written to a temporary file and renamed: a crash never leaves half a number.
 	printf '%s\n' "$seq" >"$seqfile.tmp"

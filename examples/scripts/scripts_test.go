@@ -5,6 +5,7 @@ package scripts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -74,6 +75,17 @@ func TestCIPipeline(t *testing.T) {
 	want := "shard 1 ok\nshard 2 ok\nshard 3 ok\n"
 	if !strings.Contains(out, want) {
 		t.Fatalf("pipeline report = %q, want it to hold %q", out, want)
+	}
+}
+
+// With no worker, the pipeline exits with cq wait's 124 once its timeout
+// passes (not with cq logs' 4 for a report that never ran).
+func TestCIPipelineTimeout(t *testing.T) {
+	t.Parallel()
+	out, err := script(t, []string{"CQ_PIPELINE_TIMEOUT=1s"}, "ci-pipeline.sh", "main", "2")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Fatalf("ci-pipeline.sh without a worker: %v, want exit 124\n%s", err, out)
 	}
 }
 
@@ -185,8 +197,9 @@ func TestEventsToWebhook(t *testing.T) {
 	mu.Lock()
 	fail = true
 	mu.Unlock()
-	if err := runSync(); err == nil {
-		t.Fatal("sync succeeded with the webhook down")
+	var ee *exec.ExitError
+	if err := runSync(); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("sync with the webhook down: %v, want exit 1 as its header says", err)
 	}
 	mu.Lock()
 	fail = false

@@ -379,7 +379,7 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if n.Key != "" {
 		if len(n.Key) > MaxKeyLen || !utf8.ValidString(n.Key) || strings.ContainsAny(n.Key, "\x00\n\r\t") {
-			return n, invalidf("invalid key %q (up to %d printable characters)", n.Key, MaxKeyLen)
+			return n, invalidf("invalid key %q (up to %d bytes of UTF-8, without tab, newline, carriage return or NUL)", n.Key, MaxKeyLen)
 		}
 	}
 	if n.Unique && n.Key == "" {
