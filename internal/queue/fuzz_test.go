@@ -30,6 +30,10 @@ func wantInvalid(t *testing.T, err error, what string) {
 	}
 }
 
+var specField = map[string]bool{"id": true, "cmd": true, "shell": true, "intent": true, "payload": true,
+	"queue": true, "key": true, "unique": true, "priority": true, "after": true, "timeout": true,
+	"retries": true, "delay": true, "at": true, "env": true, "cwd": true, "hold": true}
+
 // FuzzParseSpecJSON: parsing and normalising a JSONL spec never panics,
 // refuses only with CodeInvalid, and whatever it accepts survives a round
 // trip through its own JSON form unchanged (the spool relies on this: cq
@@ -37,11 +41,22 @@ func wantInvalid(t *testing.T, err error, what string) {
 func FuzzParseSpecJSON(f *testing.F) {
 	f.Add([]byte(`{"id":"a","cmd":["echo","hi"],"cwd":"/tmp"}`))
 	f.Add([]byte(`{"intent":"mail.send","payload":{"to":["x@y"],"n":1.50}}`))
+	f.Add([]byte(`{"id":"c","cmd":["true"],"Cmd":["false"],"env":{"Cmd":"1"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		sp, err := queue.ParseSpecJSON(line)
 		if err != nil {
 			wantInvalid(t, err, "ParseSpecJSON")
 			return
+		}
+		// What it accepts names only spec fields, spelled exactly.
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(line, &fields); err != nil {
+			t.Fatalf("ParseSpecJSON accepted %q, which is no JSON object: %v", line, err)
+		}
+		for name := range fields {
+			if !specField[name] {
+				t.Fatalf("ParseSpecJSON accepted the field %q in %q", name, line)
+			}
 		}
 		n, err := sp.Normalize()
 		if err != nil {
