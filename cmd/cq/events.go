@@ -75,6 +75,9 @@ func newEventsCmd(app *App) *cobra.Command {
 					return nil
 				case <-tick.C:
 				}
+				if outputGone(app.Stdout) {
+					return errOutputGone
+				}
 			}
 		},
 	}

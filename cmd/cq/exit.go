@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"golang.org/x/sys/unix"
 )
 
 // Exit codes (SPEC section 5). This file is the one place errors become
@@ -88,4 +90,25 @@ func multi(stderr io.Writer, ids []string, fn func(id string) error) error {
 		return silentExit(first)
 	}
 	return nil
+}
+
+// exitBrokenPipe is how a shell reports a process killed by SIGPIPE.
+const exitBrokenPipe = 128 + 13
+
+// errOutputGone ends a --follow whose reader has gone: the exit status is
+// the one a write to the closed pipe would have caused, with nothing said.
+var errOutputGone = &exitErr{code: exitBrokenPipe, silent: true}
+
+// outputGone reports whether w is a pipe or socket whose reading end has
+// been closed (poll says POLLERR or POLLHUP). A --follow that writes
+// nothing while it waits would otherwise never notice, and linger, after
+// `cq events --follow | head -1` or a consumer's exit.
+func outputGone(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(f.Fd())}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
 }

@@ -70,6 +70,9 @@ func newLogsCmd(app *App) *cobra.Command {
 					return nil
 				case <-time.After(waitPoll):
 				}
+				if outputGone(app.Stdout) {
+					return errOutputGone
+				}
 			}
 		},
 	}

@@ -11,6 +11,7 @@ package main
 // nothing sleeps to fix a race.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -898,5 +899,41 @@ func TestWaitOutlivesCleanup(t *testing.T) {
 	pending, bad, err := w.look(ids)
 	if err != nil || pending != 0 || len(bad) != 1 || !strings.Contains(bad[0], "task c was deleted") {
 		t.Errorf("after the cleanup: %d pending, %q, %v; want 0, only c named", pending, bad, err)
+	}
+}
+
+// TestFollowEndsWhenItsReaderGoes: cq events --follow, waiting with
+// nothing to write, notices that the pipe it writes to has lost its
+// reader and exits as a write to it would have (141, silently), instead
+// of lingering until the next event. (cq logs --follow shares the check.)
+func TestFollowEndsWhenItsReaderGoes(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	e.ok("enqueue", "--", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.command(ctx, "", "events", "--since", "0", "--follow")
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Both events read (created, todo): the follow waits for more.
+	br := bufio.NewReader(r)
+	for i := 0; i < 2; i++ {
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Errorf("event %d not read: %v", i+1, err)
+		}
+	}
+	r.Close()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 141 || errb.Len() != 0 {
+		t.Errorf("cq events --follow after its reader went: %v, stderr %q; want exit 141 and nothing on stderr", err, errb.String())
 	}
 }
