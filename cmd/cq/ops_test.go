@@ -876,18 +876,12 @@ func TestCommandWord(t *testing.T) {
 // id (exit 4); one deleted before cq wait saw it finish counts against
 // the wait, named on stderr.
 func TestWaitOutlivesCleanup(t *testing.T) {
-	gone := fmt.Errorf("wrapped: %w", &queue.Error{Code: queue.CodeNotFound, Msg: "no task"})
-	tasks := map[string]*queue.Task{
-		"a": {ID: "a", State: queue.TaskDone},
-		"b": {ID: "b", State: queue.TaskTodo},
-		"c": {ID: "c", State: queue.TaskTodo},
+	tasks := map[string]queue.TaskStatus{
+		"a": {State: queue.TaskDone},
+		"b": {State: queue.TaskTodo},
+		"c": {State: queue.TaskTodo},
 	}
-	w := waiter{get: func(id string) (*queue.Task, error) {
-		if t, ok := tasks[id]; ok {
-			return t, nil
-		}
-		return nil, gone
-	}}
+	w := waiter{states: fakeStates(tasks, nil)}
 	ids := []string{"a", "b", "c"}
 	if pending, bad, err := w.look(ids); err != nil || pending != 2 || len(bad) != 0 {
 		t.Fatalf("first look: %d pending, %v, %v; want 2, none", pending, bad, err)
@@ -895,10 +889,62 @@ func TestWaitOutlivesCleanup(t *testing.T) {
 	// cleanup deletes a (done, seen) and c (seen only in todo); b ends.
 	delete(tasks, "a")
 	delete(tasks, "c")
-	tasks["b"] = &queue.Task{ID: "b", State: queue.TaskDone}
+	tasks["b"] = queue.TaskStatus{State: queue.TaskDone}
 	pending, bad, err := w.look(ids)
 	if err != nil || pending != 0 || len(bad) != 1 || !strings.Contains(bad[0], "task c was deleted") {
 		t.Errorf("after the cleanup: %d pending, %q, %v; want 0, only c named", pending, bad, err)
+	}
+}
+
+// fakeStates answers waiter's reads from tasks, counting in asked how
+// many ids each read asked about.
+func fakeStates(tasks map[string]queue.TaskStatus, asked *[]int) func([]string) (map[string]queue.TaskStatus, error) {
+	return func(ids []string) (map[string]queue.TaskStatus, error) {
+		if asked != nil {
+			*asked = append(*asked, len(ids))
+		}
+		out := map[string]queue.TaskStatus{}
+		for _, id := range ids {
+			if st, ok := tasks[id]; ok {
+				out[id] = st
+			}
+		}
+		return out, nil
+	}
+}
+
+// TestWaitReadsOnlyUnfinished: each look reads the tasks not yet seen
+// finished; once none is left it reads them all again, and a task that
+// went back meanwhile (cq retry of a failed one) keeps the wait going.
+func TestWaitReadsOnlyUnfinished(t *testing.T) {
+	reason := "exit code 1"
+	tasks := map[string]queue.TaskStatus{
+		"a": {State: queue.TaskFailed, Reason: &reason},
+		"b": {State: queue.TaskDoing},
+		"c": {State: queue.TaskDone},
+	}
+	var asked []int
+	w := waiter{states: fakeStates(tasks, &asked)}
+	ids := []string{"a", "b", "c"}
+	if pending, _, _ := w.look(ids); pending != 1 {
+		t.Fatalf("first look: %d pending, want 1", pending)
+	}
+	if pending, _, _ := w.look(ids); pending != 1 || asked[1] != 1 {
+		t.Fatalf("second look: %d pending, read %v; want 1 pending and only b read", pending, asked)
+	}
+	// a is retried, then b ends: the confirming read finds a back in todo.
+	tasks["a"] = queue.TaskStatus{State: queue.TaskTodo}
+	tasks["b"] = queue.TaskStatus{State: queue.TaskDone}
+	if pending, bad, _ := w.look(ids); pending != 1 || len(bad) != 0 {
+		t.Fatalf("after a's retry: %d pending, %q; want a pending again", pending, bad)
+	}
+	tasks["a"] = queue.TaskStatus{State: queue.TaskFailed, Reason: &reason}
+	pending, bad, err := w.look(ids)
+	if err != nil || pending != 0 || len(bad) != 1 || bad[0] != "task a ended failed (exit code 1)" {
+		t.Fatalf("at the end: %d pending, %q, %v; want a named as failed", pending, bad, err)
+	}
+	if want := []int{3, 1, 1, 3, 1, 3}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Errorf("reads asked about %v ids, want %v", asked, want)
 	}
 }
 

@@ -49,7 +49,7 @@ interrupted by SIGINT (SIGTERM).`,
 			}
 			tick := time.NewTicker(waitPoll)
 			defer tick.Stop()
-			w := waiter{get: func(id string) (*queue.Task, error) { return st.Get(ctx, id) }}
+			w := waiter{states: func(ids []string) (map[string]queue.TaskStatus, error) { return st.TaskStatuses(ctx, ids) }}
 			for {
 				pending, bad, err := w.look(ids)
 				if err != nil && ctx.Err() != nil {
@@ -81,45 +81,85 @@ interrupted by SIGINT (SIGTERM).`,
 	return cmd
 }
 
-// waiter is one cq wait's view of its tasks. A task that cleanup deletes
-// while cq wait looks (retention shorter than the wait) ended before:
-// cleanup deletes only finished tasks. It counts as it was last seen, or,
-// if cq wait never saw it finished, as an end it cannot name.
+// waiter is one cq wait's view of its tasks. Each look reads only the
+// tasks not yet seen finished (waiting on thousands of ids must not cost
+// the workers a core), and once none is left, all of them again: a task
+// seen failed may have gone back (cq retry) meanwhile, and the wait ends
+// only when one look finds every task finished. A task that cleanup
+// deletes while cq wait looks (retention shorter than the wait) ended
+// before: cleanup deletes only finished tasks. It counts as it was last
+// seen, or, if cq wait never saw it finished, as an end it cannot name.
 type waiter struct {
-	get  func(id string) (*queue.Task, error)
-	seen map[string]*queue.Task // the last look at each task
+	states func(ids []string) (map[string]queue.TaskStatus, error)
+	seen   map[string]queue.TaskStatus // the last look at each task
+	lost   map[string]bool             // deleted before seen finished
 }
 
-// look reads every task once: how many are not finished yet, and why
-// each finished one that is not done counts against the wait.
+// look reads the tasks and says how many are not finished yet and, once
+// none is, why each finished one that is not done counts against the
+// wait.
 func (w *waiter) look(ids []string) (pending int, bad []string, err error) {
 	if w.seen == nil {
-		w.seen = map[string]*queue.Task{}
+		w.seen, w.lost = map[string]queue.TaskStatus{}, map[string]bool{}
 	}
-	for _, id := range ids {
-		t, err := w.get(id)
-		switch {
-		case queue.IsNotFound(err):
-			last := w.seen[id]
-			if last == nil || !queue.TaskTerminal(last.State) {
-				bad = append(bad, fmt.Sprintf("task %s was deleted (cq cleanup) before cq wait saw how it ended", id))
-				continue
-			}
-			t = last
-		case err != nil:
+	read := w.unfinished(ids)
+	if err := w.read(read); err != nil {
+		return 0, nil, err
+	}
+	left := w.unfinished(ids)
+	if len(left) == 0 && len(read) < len(ids) {
+		if err := w.read(ids); err != nil {
 			return 0, nil, err
 		}
-		w.seen[id] = t
-		switch {
-		case !queue.TaskTerminal(t.State):
-			pending++
-		case t.State != queue.TaskDone:
-			msg := fmt.Sprintf("task %s ended %s", t.ID, t.State)
+		left = w.unfinished(ids)
+	}
+	if len(left) > 0 {
+		return len(left), nil, nil
+	}
+	for _, id := range ids {
+		if w.lost[id] {
+			bad = append(bad, fmt.Sprintf("task %s was deleted (cq cleanup) before cq wait saw how it ended", id))
+			continue
+		}
+		if t := w.seen[id]; t.State != queue.TaskDone {
+			msg := fmt.Sprintf("task %s ended %s", id, t.State)
 			if t.Reason != nil {
 				msg += " (" + *t.Reason + ")"
 			}
 			bad = append(bad, msg)
 		}
 	}
-	return pending, bad, nil
+	return 0, bad, nil
+}
+
+// unfinished lists the ids not yet seen finished (nor lost), once each.
+func (w *waiter) unfinished(ids []string) []string {
+	var out []string
+	done := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if done[id] || w.lost[id] {
+			continue
+		}
+		done[id] = true
+		if t, ok := w.seen[id]; !ok || !queue.TaskTerminal(t.State) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// read looks at ids once.
+func (w *waiter) read(ids []string) error {
+	got, err := w.states(ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if t, ok := got[id]; ok {
+			w.seen[id] = t
+		} else if last, ok := w.seen[id]; !ok || !queue.TaskTerminal(last.State) {
+			w.lost[id] = true
+		}
+	}
+	return nil
 }

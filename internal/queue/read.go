@@ -375,6 +375,51 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 	return t, nil
 }
 
+// TaskStatus is a task's state and reason, what cq wait watches.
+type TaskStatus struct {
+	State  string
+	Reason *string
+}
+
+// taskStatusChunk bounds the ids of one TaskStatuses query.
+const taskStatusChunk = 500
+
+// TaskStatuses reads the state and reason of the tasks with these exact
+// ids, a few hundred per query; an id with no task is left out.
+func (s *Store) TaskStatuses(ctx context.Context, ids []string) (map[string]TaskStatus, error) {
+	out := make(map[string]TaskStatus, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), taskStatusChunk)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		ids = ids[n:]
+		rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id, state, reason FROM tasks WHERE id IN (?`+strings.Repeat(`,?`, n-1)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			var st TaskStatus
+			var reason sql.NullString
+			if err := rows.Scan(&id, &st.State, &reason); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			st.Reason = nsp(reason)
+			out[id] = st
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 const runViewCols = `id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at, error, reason, created_at`
 
 func scanRunView(sc interface{ Scan(...any) error }) (Run, error) {
