@@ -134,6 +134,13 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 		var ok bool
 		n, ok, err = s.DrainSpoolWithin(ctx, home, readDrainWait)
 		a.drainSkipped = !ok
+		if err != nil && ctx.Err() == nil {
+			// A drain that cannot proceed (a full disk, a read-only
+			// store, an unreadable spool) does not stop a read: the store
+			// is readable, and the lines wait for a writing command,
+			// which reports why.
+			a.drainSkipped, err = true, nil
+		}
 	} else {
 		n, err = s.DrainSpool(ctx, home)
 	}

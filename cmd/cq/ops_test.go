@@ -983,3 +983,77 @@ func TestFollowEndsWhenItsReaderGoes(t *testing.T) {
 		t.Errorf("cq events --follow after its reader went: %v, stderr %q; want exit 141 and nothing on stderr", err, errb.String())
 	}
 }
+
+// TestOnceEndsOnAStoreItCannotWrite: cq worker --once against a store it
+// can read but not write (made immutable here, which binds root too)
+// exits 1 naming the error, instead of retrying its claim for ever.
+func TestOnceEndsOnAStoreItCannotWrite(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	e.ok("enqueue", "--", "true")
+	path := filepath.Join(e.home, "cq.db")
+	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+		t.Skipf("cannot make the store immutable here (chattr +i): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
+	_, errs, code := e.run("worker", "--once")
+	if code != 1 || !strings.Contains(errs, "cq: claim: attempt to write a readonly database") {
+		t.Errorf("cq worker --once on a read-only store: exit %d, stderr %q; want 1 and the error", code, errs)
+	}
+	// Reading still works.
+	e.code(0, "ls", "-q")
+}
+
+// TestRefusedSpoolAppendLeavesNoPart: an append the file system refuses
+// part-way (here past RLIMIT_FSIZE, as a full disk would) exits 1 and
+// takes back what it wrote of the line, which the next drain would
+// otherwise reject as a crashed append's leftover.
+func TestRefusedSpoolAppendLeavesNoPart(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	e.ok("enqueue", "--spool", "--id", "first", "--", "true")
+	spoolFile := filepath.Join(e.home, "queue.jsonl")
+	before, err := os.ReadFile(spoolFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	long := strings.Repeat("x", 2000)
+	cmd := exec.CommandContext(ctx, "bash", "-c", `ulimit -f 1 && exec cq enqueue --spool --id second -- echo "$0"`, long)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "file too large") {
+		t.Fatalf("append past the file size limit: %v %q; want exit 1 naming the error", err, out)
+	}
+	if after, _ := os.ReadFile(spoolFile); string(after) != string(before) {
+		t.Errorf("the spool after a refused append holds %d bytes, want its %d from before", len(after), len(before))
+	}
+	e.code(0, "ls", "-q")
+	if _, err := os.Stat(filepath.Join(e.home, "queue.rejected.jsonl")); err == nil {
+		t.Error("the drain rejected a line: the refused append left part of it")
+	}
+}
+
+// TestBatchOnAFullDiskBlamesNoLine: a batch the store cannot take (its
+// WAL past RLIMIT_FSIZE, as on a full disk) exits 1 with the store's
+// error, not charged to a line whose spec is fine, and stores nothing.
+func TestBatchOnAFullDiskBlamesNoLine(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	e.ok("enqueue", "--id", "before", "--", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", `ulimit -f 2000 && exec cq enqueue --batch`)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	cmd.Stdin = strings.NewReader(strings.Repeat(`{"cmd":["true"]}`+"\n", 40000))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(string(out), "line ") || !strings.Contains(string(out), "file too large") {
+		t.Fatalf("a batch past the file size limit: %v %q; want exit 1 and the store's error, no line named", err, out)
+	}
+	if got := strings.Fields(e.ok("ls", "-q", "--limit", "0")); len(got) != 1 || got[0] != "before" {
+		t.Errorf("after the refused batch the store holds %v, want only before", got)
+	}
+}

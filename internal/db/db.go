@@ -27,6 +27,10 @@ import (
 // refused and left untouched.
 var ErrFutureSchema = errors.New("database schema is newer than this cq")
 
+// ErrNotCq means the database file belongs to another application; it is
+// left untouched.
+var ErrNotCq = errors.New("not a cq store")
+
 // busyTimeout is how long a statement waits for another process's lock.
 const busyTimeout = 30 * time.Second
 
@@ -146,6 +150,10 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		privateSides(path, foreign)
 		return d, nil
 	}
+	// Left open for the same reason as above.
+	if err := d.checkOwn(ctx, v); err != nil {
+		return nil, err
+	}
 	if err := d.walMode(ctx); err != nil {
 		_ = sqldb.Close()
 		return nil, err
@@ -224,6 +232,23 @@ func (d *DB) checkVersion(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
 	}
 	return v, nil
+}
+
+// checkOwn refuses, before anything is written, a database that is not a
+// cq store: one at version 0 (new to cq) that already holds tables, or
+// one at an older cq version without cq's tasks table. Such a file is
+// another application's, and migrating it would change it.
+func (d *DB) checkOwn(ctx context.Context, v int) error {
+	var tables, tasks int
+	err := d.SQL.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE name = 'tasks') FROM sqlite_schema
+		WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&tables, &tasks)
+	if err != nil {
+		return fmt.Errorf("read the schema: %w", err)
+	}
+	if (v == 0 && tables > 0) || (v > 0 && tasks == 0) {
+		return fmt.Errorf("%w: %s holds another application's tables (schema version %d); give cq a file of its own", ErrNotCq, d.Path, v)
+	}
+	return nil
 }
 
 // walMode switches the database to WAL, once: the mode is stored in the

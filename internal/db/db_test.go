@@ -257,6 +257,50 @@ func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
 	}
 }
 
+// TestForeignDatabaseIsRefusedUntouched: another application's SQLite file
+// where cq.db should be, at version 0 with tables of its own or at an
+// older cq version without cq's tables, is refused with ErrNotCq and left
+// as it was, not migrated into a cq store.
+func TestForeignDatabaseIsRefusedUntouched(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int{0, 2} {
+		t.Run(fmt.Sprint(version), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "cq.db")
+			raw, err := sql.Open("sqlite3", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.SetMaxOpenConns(1)
+			for _, q := range []string{
+				`CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)`,
+				`INSERT INTO notes (body) VALUES ('precious')`,
+				fmt.Sprintf(`PRAGMA user_version = %d`, version),
+			} {
+				if _, err := raw.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := raw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			before := dirFiles(t, dir)
+			d, err := db.Open(context.Background(), path)
+			if err == nil {
+				d.Close()
+				t.Fatal("Open took another application's database for a store")
+			}
+			if !errors.Is(err, db.ErrNotCq) {
+				t.Fatalf("Open: %v; want ErrNotCq", err)
+			}
+			if after := dirFiles(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("Open changed another application's database:\nbefore %v\nafter  %v", summary(before), summary(after))
+			}
+		})
+	}
+}
+
 // dirFiles reads every file of dir: name → contents. An empty -wal or
 // -shm left behind by SQLite holds no data and is not counted.
 func dirFiles(t *testing.T, dir string) map[string]string {

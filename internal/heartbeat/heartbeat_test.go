@@ -1340,6 +1340,15 @@ func TestPassWritesMissingSummaries(t *testing.T) {
 	}
 	lost := end("lost")
 	kept := end("kept")
+	// A full disk left this one's summary empty.
+	empty := end("empty")
+	emptySummary := filepath.Join(e.home, "runs", empty.RunID, "summary.json")
+	if err := os.MkdirAll(filepath.Dir(emptySummary), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(emptySummary, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	keptSummary := filepath.Join(e.home, "runs", kept.RunID, "summary.json")
 	if err := os.MkdirAll(filepath.Dir(keptSummary), 0o700); err != nil {
 		t.Fatal(err)
@@ -1351,8 +1360,11 @@ func TestPassWritesMissingSummaries(t *testing.T) {
 		t.Fatalf("a pass right after the ends wrote %d summaries, want 0 (the workers' own writes come first)", r.Summaries)
 	}
 	e.clk.Add(11 * time.Second)
-	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 1 {
-		t.Fatalf("a pass 11 s later wrote %d summaries, want 1", r.Summaries)
+	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 2 {
+		t.Fatalf("a pass 11 s later wrote %d summaries, want 2 (the missing one and the empty one)", r.Summaries)
+	}
+	if b, err := os.ReadFile(emptySummary); err != nil || !strings.Contains(string(b), empty.RunID) {
+		t.Fatalf("the empty summary was not rewritten: %q, %v", b, err)
 	}
 	b, err := os.ReadFile(filepath.Join(e.home, "runs", lost.RunID, "summary.json"))
 	if err != nil || !strings.Contains(string(b), `"state": "succeeded"`) || !strings.Contains(string(b), lost.RunID) {

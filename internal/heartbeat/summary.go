@@ -55,8 +55,12 @@ func SaveSummary(home string, r queue.Run) {
 	if err != nil {
 		return
 	}
-	_, _ = f.Write(append(b, '\n'))
-	_ = f.Close()
+	_, werr := f.Write(append(b, '\n'))
+	if err := f.Close(); werr != nil || err != nil {
+		// A full disk: no summary rather than a truncated one; a later
+		// heartbeat pass writes it (WriteMissingSummaries).
+		_ = os.Remove(f.Name())
+	}
 }
 
 // summaryCheckBatch bounds how many ended runs one pass looks at, and
@@ -88,7 +92,8 @@ func WriteMissingSummaries(ctx context.Context, st *queue.Store, home string) in
 	}
 	n := 0
 	for _, r := range runs {
-		if _, err := os.Stat(filepath.Join(home, "runs", r.RunID, "summary.json")); os.IsNotExist(err) {
+		// An empty one is what a write refused by a full disk leaves.
+		if fi, err := os.Stat(filepath.Join(home, "runs", r.RunID, "summary.json")); os.IsNotExist(err) || (err == nil && fi.Size() == 0) {
 			WriteSummary(ctx, st, home, r.TaskID, r.RunID)
 			n++
 		}

@@ -30,6 +30,17 @@ type LineError struct {
 func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
 func (e *LineError) Unwrap() error { return e.Err }
 
+// lineError charges err to line n when it is about that line's spec (a
+// *Error: bad input, a conflict, a missing dependency); a failure of the
+// store itself (a full disk) is no line's, and is returned as it is.
+func lineError(n int, err error) error {
+	var qe *Error
+	if !errors.As(err, &qe) {
+		return err
+	}
+	return &LineError{Line: n, Err: err}
+}
+
 // CreateOptions says what to do with new tasks.
 type CreateOptions struct {
 	// Enqueue passes new tasks through the gateway step at once (todo or
@@ -48,7 +59,7 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 		// A failed flush is charged to the first line it carried.
 		flush := func() error {
 			if err := c.flush(ctx); err != nil {
-				return &LineError{Line: c.pendingLine, Err: err}
+				return lineError(c.pendingLine, err)
 			}
 			return nil
 		}
@@ -66,7 +77,7 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 				if errors.As(err, &qe) && qe.Existing != "" && slices.ContainsFunc(out, func(o Created) bool { return o.New && o.ID == qe.Existing }) {
 					err = &Error{Code: qe.Code, Msg: fmt.Sprintf("key %q is held by task %s of an earlier line, so nothing is stored (--unique)", sp.Key, qe.Existing)}
 				}
-				return &LineError{Line: i + 1, Err: err}
+				return lineError(i+1, err)
 			}
 			if len(c.pending) == 1 {
 				c.pendingLine = i + 1

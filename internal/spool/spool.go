@@ -80,12 +80,16 @@ func Append(home string, line []byte, now time.Time) error {
 	if err := moveTorn(home, f, now); err != nil {
 		return err
 	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
 		return err
 	}
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	if _, err := f.Write(buf); err != nil {
+		// Refused (a full disk): what was written of the line goes, so
+		// that it is not taken later for a crashed append's leftover.
+		_ = f.Truncate(end)
 		return fmt.Errorf("spool: %w", err)
 	}
 	return nil

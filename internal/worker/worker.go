@@ -240,22 +240,33 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer hb.Stop()
 	idleSince := time.Now()
 	storeBackoff := time.Duration(0)
+	// claimAfter is when a claim that failed is tried again: other
+	// wake-ups (the cancel poll, every 250 ms) do not cut the backoff short.
+	var claimAfter time.Time
 
 	for {
 		if ctx.Err() != nil {
 			return w.stop()
 		}
 		drained := false
-		if w.live() < w.opt.Concurrency {
+		if w.live() < w.opt.Concurrency && !time.Now().Before(claimAfter) {
 			claimed, err := w.fill(ctx)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return w.stop()
+			case err != nil && w.opt.Once && w.live() == 0:
+				// --once runs what it can and ends: a store it cannot claim
+				// from (full, read-only, locked past the busy timeout) is a
+				// failure to report, not something to wait out for ever.
+				w.log.Error("store.error", "op", "claim", "error", err.Error())
+				w.log.Info("worker.stopped", "worker", w.id, "why", "store error (--once)")
+				return fmt.Errorf("claim: %w", err)
 			case err != nil:
 				storeBackoff = min(max(2*storeBackoff, 100*time.Millisecond), 5*time.Second)
+				claimAfter = time.Now().Add(storeBackoff)
 				w.log.Error("store.error", "op", "claim", "error", err.Error(), "retry_in", storeBackoff.String())
 			default:
-				storeBackoff = 0
+				storeBackoff, claimAfter = 0, time.Time{}
 				drained = !claimed || w.live() < w.opt.Concurrency
 			}
 		}
@@ -276,8 +287,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			idle = time.After(w.opt.IdleExit - time.Since(idleSince))
 		}
 		var retry <-chan time.Time
-		if storeBackoff > 0 {
-			retry = time.After(storeBackoff)
+		if d := time.Until(claimAfter); d > 0 {
+			retry = time.After(d)
 		}
 		var startC, dueC <-chan time.Time
 		if w.startArmed {
