@@ -151,7 +151,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return d, nil
 	}
 	// Left open for the same reason as above.
-	if err := d.checkOwn(ctx, v); err != nil {
+	if err := d.checkOwn(ctx); err != nil {
 		return nil, err
 	}
 	if err := d.walMode(ctx); err != nil {
@@ -237,11 +237,14 @@ func (d *DB) checkVersion(ctx context.Context) (int, error) {
 // checkOwn refuses, before anything is written, a database that is not a
 // cq store: one at version 0 (new to cq) that already holds tables, or
 // one at an older cq version without cq's tasks table. Such a file is
-// another application's, and migrating it would change it.
-func (d *DB) checkOwn(ctx context.Context, v int) error {
-	var tables, tasks int
-	err := d.SQL.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE name = 'tasks') FROM sqlite_schema
-		WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&tables, &tasks)
+// another application's, and migrating it would change it. The version
+// is read again in the same statement as the tables: another process may
+// have migrated the store since checkVersion read it.
+func (d *DB) checkOwn(ctx context.Context) error {
+	var v, tables, tasks int
+	err := d.SQL.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version()),
+		count(*), count(*) FILTER (WHERE name = 'tasks') FROM sqlite_schema
+		WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&v, &tables, &tasks)
 	if err != nil {
 		return fmt.Errorf("read the schema: %w", err)
 	}
