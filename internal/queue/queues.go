@@ -140,11 +140,13 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 				return nil
 			}
 		}
-		if len(cols) > 0 {
-			a := append(append([]any{}, args...), FormatTime(now), name)
-			if _, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ?`, a...); err != nil {
-				return err
-			}
+		if len(cols) == 0 {
+			// No setting given: the queue exists now, nothing changed.
+			return nil
+		}
+		a := append(append([]any{}, args...), FormatTime(now), name)
+		if _, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ?`, a...); err != nil {
+			return err
 		}
 		data["queue"] = name
 		return addEvent(ctx, tx, now, event{Kind: kind, Data: data})
