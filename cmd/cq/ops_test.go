@@ -1057,3 +1057,50 @@ func TestBatchOnAFullDiskBlamesNoLine(t *testing.T) {
 		t.Errorf("after the refused batch the store holds %v, want only before", got)
 	}
 }
+
+// TestWorkerRecoversWhenTheStoreIsWritableAgain: a worker that started on
+// a store it could not write (immutable here; a read-only mount or wrong
+// permissions alike) runs the waiting tasks once the store is writable
+// again: SQLite's connections opened read-only are dropped and reopened.
+func TestWorkerRecoversWhenTheStoreIsWritableAgain(t *testing.T) {
+	t.Parallel()
+	e := opsNewEnv(t)
+	id := strings.TrimSpace(e.ok("enqueue", "--", "true"))
+	path := filepath.Join(e.home, "cq.db")
+	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+		t.Skipf("cannot make the store immutable here (chattr +i): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "", "worker")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		seen := false
+		for sc.Scan() {
+			if !seen && strings.Contains(sc.Text(), `"store.error"`) && strings.Contains(sc.Text(), `"claim"`) {
+				seen = true
+				close(refused)
+			}
+		}
+	}()
+	select {
+	case <-refused:
+	case <-ctx.Done():
+		t.Fatal("the worker never reported its refused claim")
+	}
+	if out, err := exec.Command("chattr", "-i", path).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	e.code(0, "wait", "--timeout", "30s", id)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+}

@@ -6,6 +6,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -236,19 +237,20 @@ func (d *DB) checkVersion(ctx context.Context) (int, error) {
 
 // checkOwn refuses, before anything is written, a database that is not a
 // cq store: one at version 0 (new to cq) that already holds tables, or
-// one at an older cq version without cq's tasks table. Such a file is
+// one at an older cq version without all of cq's first tables. Such a file is
 // another application's, and migrating it would change it. The version
 // is read again in the same statement as the tables: another process may
 // have migrated the store since checkVersion read it.
 func (d *DB) checkOwn(ctx context.Context) error {
-	var v, tables, tasks int
+	var v, tables, ours int
 	err := d.SQL.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version()),
-		count(*), count(*) FILTER (WHERE name = 'tasks') FROM sqlite_schema
-		WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&v, &tables, &tasks)
+		count(*), count(*) FILTER (WHERE name IN ('tasks', 'task_deps', 'runs', 'events', 'queues', 'system_state'))
+		FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&v, &tables, &ours)
 	if err != nil {
 		return fmt.Errorf("read the schema: %w", err)
 	}
-	if (v == 0 && tables > 0) || (v > 0 && tasks == 0) {
+	// Migration 1 makes those six tables; every later version has them.
+	if (v == 0 && tables > 0) || (v > 0 && ours < 6) {
 		return fmt.Errorf("%w: %s holds another application's tables (schema version %d); give cq a file of its own", ErrNotCq, d.Path, v)
 	}
 	return nil
@@ -527,9 +529,14 @@ func (d *DB) WriteWithin(ctx context.Context, wait time.Duration, fn func(tx *Tx
 }
 
 // write is Write; a wait above 0 bounds the BEGIN's wait for the lock.
-func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) error {
+func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() {
+		if err != nil {
+			d.dropIfReadOnly(err)
+		}
+	}()
 	if d.wconn == nil {
 		c, err := d.SQL.Conn(ctx)
 		if err != nil {
@@ -587,6 +594,24 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 	}
 	done = true
 	return nil
+}
+
+// dropIfReadOnly forgets the write connection, and the idle ones, after
+// err says the store is read-only: SQLite opened the file read-only
+// because it was so then (permissions, an immutable file, a read-only
+// mount), and such a connection stays read-only once the file is writable
+// again. The next write opens the file afresh, so a long-lived worker
+// recovers when the store does. Called under mu.
+func (d *DB) dropIfReadOnly(err error) {
+	var se sqlite3.Error
+	if !errors.As(err, &se) || se.Code != sqlite3.ErrReadonly || d.wconn == nil {
+		return
+	}
+	_ = d.wconn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = d.wconn.Close()
+	d.wconn = nil
+	d.SQL.SetMaxIdleConns(0)
+	d.SQL.SetMaxIdleConns(8)
 }
 
 // writeCacheKiB is the page cache of the write connection, in KiB.
