@@ -50,7 +50,23 @@ interrupted by SIGINT (SIGTERM).`,
 			tick := time.NewTicker(waitPoll)
 			defer tick.Stop()
 			w := waiter{states: func(ids []string) (map[string]queue.TaskStatus, error) { return st.TaskStatuses(ctx, ids) }}
+			// While no one commits to the store, nothing is read again.
+			changed, stopWatch, err := st.DB.ChangeWatch(ctx)
+			if err != nil {
+				return err
+			}
+			defer stopWatch()
 			for {
+				if ch, err := changed(); err == nil && !ch {
+					select {
+					case <-ctx.Done():
+						return silentExit(exitInterrupted)
+					case <-deadline:
+						return silentExit(exitTimeout)
+					case <-tick.C:
+					}
+					continue
+				}
 				pending, bad, err := w.look(ids)
 				if err != nil && ctx.Err() != nil {
 					return silentExit(exitInterrupted)

@@ -596,6 +596,29 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 	return nil
 }
 
+// ChangeWatch returns changed, which reports whether another connection
+// (any process's) has committed to the store since its previous call, by
+// PRAGMA data_version on a connection of its own; its first call reports
+// true. stop gives the connection back. For pollers (cq wait) that need
+// not read anything while the store stands still.
+func (d *DB) ChangeWatch(ctx context.Context) (changed func() (bool, error), stop func(), err error) {
+	c, err := d.SQL.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	last := int64(-1)
+	changed = func() (bool, error) {
+		var v int64
+		if err := c.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
+			return true, err
+		}
+		ch := v != last
+		last = v
+		return ch, nil
+	}
+	return changed, func() { _ = c.Close() }, nil
+}
+
 // dropIfReadOnly forgets the write connection, and the idle ones, after
 // err says the store is read-only: SQLite opened the file read-only
 // because it was so then (permissions, an immutable file, a read-only

@@ -766,3 +766,36 @@ func TestBatchRows(t *testing.T) {
 		t.Fatalf("rows written:\n%q\nwant:\n%q", got, want)
 	}
 }
+
+// TestChangeWatch: changed says true at first, then false until another
+// connection commits, then true once.
+func TestChangeWatch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d, err := db.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	changed, stop, err := d.ChangeWatch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	want := func(step string, w bool) {
+		t.Helper()
+		if got, err := changed(); err != nil || got != w {
+			t.Fatalf("%s: changed() = %v, %v; want %v", step, got, err, w)
+		}
+	}
+	want("first call", true)
+	want("nothing committed", false)
+	if err := d.Write(context.Background(), func(tx *db.Tx) error {
+		_, err := tx.ExecContext(context.Background(), `INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want("after a commit", true)
+	want("nothing since", false)
+}
