@@ -57,31 +57,23 @@ interrupted by SIGINT (SIGTERM).`,
 			}
 			defer stopWatch()
 			for {
-				if ch, err := changed(); err == nil && !ch {
-					select {
-					case <-ctx.Done():
+				if ch, err := changed(); err != nil || ch {
+					pending, bad, err := w.look(ids)
+					if err != nil && ctx.Err() != nil {
 						return silentExit(exitInterrupted)
-					case <-deadline:
-						return silentExit(exitTimeout)
-					case <-tick.C:
 					}
-					continue
-				}
-				pending, bad, err := w.look(ids)
-				if err != nil && ctx.Err() != nil {
-					return silentExit(exitInterrupted)
-				}
-				if err != nil {
-					return err
-				}
-				if pending == 0 {
-					for _, b := range bad {
-						fmt.Fprintln(app.Stderr, "cq: "+b)
+					if err != nil {
+						return err
 					}
-					if len(bad) > 0 {
-						return silentExit(exitError)
+					if pending == 0 {
+						for _, b := range bad {
+							fmt.Fprintln(app.Stderr, "cq: "+b)
+						}
+						if len(bad) > 0 {
+							return silentExit(exitError)
+						}
+						return nil
 					}
-					return nil
 				}
 				select {
 				case <-ctx.Done():

@@ -220,39 +220,11 @@ func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
 		journal, vacuum, _ := strings.Cut(mode, "/")
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			path := filepath.Join(dir, "cq.db")
-			raw, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode="+journal+"&_auto_vacuum="+vacuum)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw.SetMaxOpenConns(1)
-			for _, q := range []string{
+			wantRefusedUntouched(t, t.TempDir(), "?_journal_mode="+journal+"&_auto_vacuum="+vacuum, db.ErrFutureSchema, []string{
 				`CREATE TABLE future (x TEXT)`,
 				`INSERT INTO future VALUES ('from a newer cq')`,
 				fmt.Sprintf(`PRAGMA user_version = %d`, db.LatestVersion()+1),
-			} {
-				if _, err := raw.Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := raw.Close(); err != nil {
-				t.Fatal(err)
-			}
-			before := dirFiles(t, dir)
-
-			d, err := db.Open(context.Background(), path)
-			if err == nil {
-				d.Close()
-				t.Fatal("Open accepted a database from a newer version")
-			}
-			if !errors.Is(err, db.ErrFutureSchema) {
-				t.Fatalf("Open: %v; want ErrFutureSchema", err)
-			}
-			if after := dirFiles(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
-				t.Fatalf("SPEC section 1: a newer database must never be modified; Open changed the folder:\nbefore %v\nafter  %v",
-					summary(before), summary(after))
-			}
+			})
 		})
 	}
 }
@@ -267,39 +239,46 @@ func TestForeignDatabaseIsRefusedUntouched(t *testing.T) {
 	for _, version := range []int{0, 2, 3} {
 		t.Run(fmt.Sprint(version), func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			path := filepath.Join(dir, "cq.db")
-			raw, err := sql.Open("sqlite3", "file:"+path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw.SetMaxOpenConns(1)
-			for _, q := range []string{
+			wantRefusedUntouched(t, t.TempDir(), "", db.ErrNotCq, []string{
 				`CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)`,
 				`INSERT INTO notes (body) VALUES ('precious')`,
 				`CREATE TABLE tasks (x)`,
 				fmt.Sprintf(`PRAGMA user_version = %d`, version),
-			} {
-				if _, err := raw.Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := raw.Close(); err != nil {
-				t.Fatal(err)
-			}
-			before := dirFiles(t, dir)
-			d, err := db.Open(context.Background(), path)
-			if err == nil {
-				d.Close()
-				t.Fatal("Open took another application's database for a store")
-			}
-			if !errors.Is(err, db.ErrNotCq) {
-				t.Fatalf("Open: %v; want ErrNotCq", err)
-			}
-			if after := dirFiles(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
-				t.Fatalf("Open changed another application's database:\nbefore %v\nafter  %v", summary(before), summary(after))
-			}
+			})
 		})
+	}
+}
+
+// wantRefusedUntouched makes dir/cq.db with stmts (opened with the DSN
+// query params), then requires db.Open to refuse it with want and to
+// leave the folder exactly as it was.
+func wantRefusedUntouched(t *testing.T, dir, params string, want error, stmts []string) {
+	t.Helper()
+	path := filepath.Join(dir, "cq.db")
+	raw, err := sql.Open("sqlite3", "file:"+path+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetMaxOpenConns(1)
+	for _, q := range stmts {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := dirFiles(t, dir)
+	d, err := db.Open(context.Background(), path)
+	if err == nil {
+		d.Close()
+		t.Fatalf("Open accepted the database; want %v", want)
+	}
+	if !errors.Is(err, want) {
+		t.Fatalf("Open: %v; want %v", err, want)
+	}
+	if after := dirFiles(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("Open changed a database it refused:\nbefore %v\nafter  %v", summary(before), summary(after))
 	}
 }
 
