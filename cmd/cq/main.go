@@ -11,25 +11,12 @@ package main
 
 import (
 	"os"
-	"runtime"
 	"runtime/pprof"
 
 	"github.com/cq-dev/cq/internal/worker"
 )
 
-// workerProcs is the GOMAXPROCS a worker gets back (see main); 0 when the
-// user set GOMAXPROCS.
-var workerProcs int
-
 func main() {
-	// A short command does one goroutine's work. With a second P, every
-	// goroutine made runnable (database/sql's, the signal watcher's, the
-	// one that takes over during a cgo call) wakes or starts another
-	// thread: one P cuts a cq enqueue's CPU time by about 13 % (interleaved
-	// runs). The worker takes the default back (cq worker).
-	if os.Getenv("GOMAXPROCS") == "" {
-		workerProcs = runtime.GOMAXPROCS(1)
-	}
 	// CQ_CPUPROFILE=FILE writes a CPU profile of this command, for
 	// profiling the hot paths (make bench, issue reports).
 	if path := os.Getenv("CQ_CPUPROFILE"); path != "" {

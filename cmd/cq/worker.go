@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cq-dev/cq/internal/oneproc"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/worker"
 	"github.com/spf13/cobra"
@@ -22,8 +23,8 @@ func newWorkerCmd(app *App) *cobra.Command {
 		Short: "Run tasks (one structured log line per event on stderr)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if workerProcs > 0 {
-				runtime.GOMAXPROCS(workerProcs) // see main
+			if oneproc.Saved > 0 {
+				runtime.GOMAXPROCS(oneproc.Saved) // see internal/oneproc
 			}
 			survivePipeClose()
 			durs := []struct {
