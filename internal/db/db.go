@@ -137,7 +137,8 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	sqldb.SetConnMaxIdleTime(0)
 	d := &DB{SQL: sqldb, Path: path}
 	// The version is read before anything is written: a database from a
-	// newer cq is refused untouched, even its journal mode.
+	// newer cq, or another application's, is refused untouched, even its
+	// journal mode.
 	v, err := d.checkVersion(ctx)
 	if err != nil {
 		// Not closed: closing the last connection to a WAL database
@@ -150,10 +151,6 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		// migration): the common case costs one statement.
 		privateSides(path, foreign)
 		return d, nil
-	}
-	// Left open for the same reason as above.
-	if err := d.checkOwn(ctx); err != nil {
-		return nil, err
 	}
 	if err := d.walMode(ctx); err != nil {
 		_ = sqldb.Close()
@@ -222,38 +219,32 @@ func (d *DB) userVersion(ctx context.Context, q interface {
 	return v, err
 }
 
-// checkVersion reads the schema version and refuses a newer one.
+// checkVersion reads the schema version and refuses, before anything is
+// written, a newer one (ErrFutureSchema) and a database that is not a cq
+// store (ErrNotCq): one at version 0 (new to cq) that already holds
+// tables, or one at a version of cq's without all of cq's first tables.
+// Such a file is another application's, and migrating it (or running
+// cq's statements on it) would change it. Version and tables are read in
+// one statement, so they agree even while another process migrates the
+// store, and a short command still opens its store with one statement:
+// the statements that follow would read the schema anyway.
 func (d *DB) checkVersion(ctx context.Context) (int, error) {
 	latest := LatestVersion()
-	v, err := d.userVersion(ctx, d.SQL)
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	if v > latest {
-		return 0, fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
-	}
-	return v, nil
-}
-
-// checkOwn refuses, before anything is written, a database that is not a
-// cq store: one at version 0 (new to cq) that already holds tables, or
-// one at an older cq version without all of cq's first tables. Such a file is
-// another application's, and migrating it would change it. The version
-// is read again in the same statement as the tables: another process may
-// have migrated the store since checkVersion read it.
-func (d *DB) checkOwn(ctx context.Context) error {
 	var v, tables, ours int
 	err := d.SQL.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version()),
 		count(*), count(*) FILTER (WHERE name IN ('tasks', 'task_deps', 'runs', 'events', 'queues', 'system_state'))
 		FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`).Scan(&v, &tables, &ours)
 	if err != nil {
-		return fmt.Errorf("read the schema: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", err)
 	}
+	switch {
+	case v > latest:
+		return 0, fmt.Errorf("%w: %s has schema version %d, this cq knows up to %d; upgrade cq", ErrFutureSchema, d.Path, v, latest)
 	// Migration 1 makes those six tables; every later version has them.
-	if (v == 0 && tables > 0) || (v > 0 && ours < 6) {
-		return fmt.Errorf("%w: %s holds another application's tables (schema version %d); give cq a file of its own", ErrNotCq, d.Path, v)
+	case (v == 0 && tables > 0) || (v > 0 && ours < 6):
+		return 0, fmt.Errorf("%w: %s holds another application's tables (schema version %d); give cq a file of its own", ErrNotCq, d.Path, v)
 	}
-	return nil
+	return v, nil
 }
 
 // walMode switches the database to WAL, once: the mode is stored in the
