@@ -73,6 +73,21 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 	if fs.Changed("id") && f.id == "" {
 		return sp, usageErr("--id is empty (leave it out for a generated id)")
 	}
+	// An empty value given on purpose is almost always a variable that was
+	// not set (--after "$dep" after a failed enqueue): refused, rather than
+	// taken as the flag left out.
+	for _, e := range []struct{ name, without string }{
+		{"shell", "to run the command after --"}, {"intent", "to run the command after --"},
+		{"timeout", "for the queue's"}, {"delay", "to start at once"}, {"at", "to start at once"},
+		{"cwd", "for the current folder"},
+	} {
+		if fs.Changed(e.name) && fs.Lookup(e.name).Value.String() == "" {
+			return sp, usageErr("--%s is empty (leave it out %s)", e.name, e.without)
+		}
+	}
+	if fs.Changed("after") && len(f.after) == 0 {
+		return sp, usageErr("--after is empty (leave it out for no dependency)")
+	}
 	if fs.Changed("priority") && f.priority == "" {
 		return sp, usageErr("invalid priority \"\" (want P0, P1, P2 or P3)")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/cq-dev/cq/internal/queue"
 
@@ -21,6 +22,9 @@ func newTaskOpCmd(app *App, use, short string, op func(st *queue.Store) stateOp)
 		Short: short,
 		Args:  minArgs(1, use+" needs at least one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkReason(reason); err != nil {
+				return err
+			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
@@ -37,6 +41,15 @@ func newTaskOpCmd(app *App, use, short string, op func(st *queue.Store) stateOp)
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event")
 	return cmd
+}
+
+// checkReason refuses a --reason that is not UTF-8: it is stored in
+// events and shown in tables and JSON, as a spec's strings are.
+func checkReason(reason string) error {
+	if !utf8.ValidString(reason) {
+		return usageErr("--reason is not valid UTF-8")
+	}
+	return nil
 }
 
 // printOutcome reports a changed task: nothing by default (the change is
@@ -74,6 +87,9 @@ func newSetStateCmd(app *App) *cobra.Command {
 		Short: "Move a task to todo (enqueue, release, retry), blocked (hold) or cancelled",
 		Args:  exactArgs(2, "set-state takes a task id and a state"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkReason(reason); err != nil {
+				return err
+			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err

@@ -1104,3 +1104,23 @@ func TestWorkerRecoversWhenTheStoreIsWritableAgain(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 }
+
+// TestReasonMustBeText: a --reason that is not UTF-8 is bad usage for
+// every command that takes one, and changes nothing.
+func TestReasonMustBeText(t *testing.T) {
+	t.Parallel()
+	e := newCQEnv(t, time.Minute, true)
+	e.ok("enqueue", "--id", "r1", "--hold", "--", "true")
+	for _, args := range [][]string{
+		{"cancel", "r1"}, {"retry", "r1"}, {"hold", "r1"}, {"release", "r1"}, {"task", "set-state", "r1", "cancelled"},
+	} {
+		out, errs, code := e.run(append(args, "--reason", "bad\xff")...)
+		if code != 1 || out != "" || errs != "cq: --reason is not valid UTF-8\n" {
+			t.Errorf("%s --reason bad\\xff: exit %d, stdout %q, stderr %q; want exit 1 and one line", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	if got := strings.TrimSpace(e.ok("ls", "-q", "--state", "blocked")); got != "r1" {
+		t.Fatalf("after the refusals, blocked tasks are %q; want r1 still held", got)
+	}
+	e.ok("release", "r1", "--reason", "fine, ünïcode")
+}

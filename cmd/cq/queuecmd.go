@@ -122,14 +122,14 @@ func newQueueSetCmd(app *App) *cobra.Command {
 }
 
 func newQueuePauseCmd(app *App, pause bool) *cobra.Command {
-	use, short := "pause QUEUE", "Start nothing new from a queue (running tasks go on)"
+	word, short := "pause", "Start nothing new from a queue (running tasks go on)"
 	if !pause {
-		use, short = "resume QUEUE", "Let a paused queue start tasks again"
+		word, short = "resume", "Let a paused queue start tasks again"
 	}
 	return &cobra.Command{
-		Use:   use,
+		Use:   word + " QUEUE",
 		Short: short,
-		Args:  exactArgs(1, "takes one queue name"),
+		Args:  exactArgs(1, "queue "+word+" takes one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := app.Store(cmd.Context())
 			if err != nil {

@@ -434,7 +434,8 @@ func TestRetentionDeletesRunsAndEventsOfThoseTasksOnly(t *testing.T) {
 	if _, _, err := e.st.Cancel(e.ctx, "old-dep", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.st.SetQueue(e.ctx, "other", queue.QueueSettings{Concurrency: new(int)}); err != nil {
+	two := 2
+	if err := e.st.SetQueue(e.ctx, "other", queue.QueueSettings{Concurrency: &two}); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Set(mntT0.Add(29 * mntDay))

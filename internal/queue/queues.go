@@ -129,23 +129,24 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 		if err := ensureQueue(ctx, tx, now, name); err != nil {
 			return err
 		}
-		if set.Paused != nil && len(data) == 0 {
-			// Pausing a paused queue (or resuming a running one) changes
-			// nothing, so it records nothing either.
-			var paused bool
-			if err := tx.QueryRowContext(ctx, `SELECT paused FROM queues WHERE name = ?`, name).Scan(&paused); err != nil {
-				return err
-			}
-			if paused == *set.Paused {
-				return nil
-			}
-		}
 		if len(cols) == 0 {
 			// No setting given: the queue exists now, nothing changed.
 			return nil
 		}
-		a := append(append([]any{}, args...), FormatTime(now), name)
-		if _, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ?`, a...); err != nil {
+		// Only a queue whose settings change is updated, and only a change
+		// is recorded: pausing a paused queue, resuming a running one or
+		// setting what is already set records nothing.
+		differs := make([]string, len(cols))
+		for i, c := range cols {
+			differs[i] = strings.TrimSuffix(c, " = ?") + " IS NOT ?"
+		}
+		a := append(append(append([]any{}, args...), FormatTime(now), name), args...)
+		res, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ? AND (`+
+			strings.Join(differs, " OR ")+`)`, a...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
 		data["queue"] = name

@@ -285,11 +285,13 @@ func ParseTime(s string, loc *time.Location) (time.Time, error) {
 		}
 		return t, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	// RFC 3339 allows a lower-case t and z; Go's layouts want them upper.
+	u := strings.ToUpper(s)
+	if t, err := time.Parse(time.RFC3339Nano, u); err == nil {
 		return inRange(t)
 	}
 	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04"} {
-		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+		if t, err := time.ParseInLocation(layout, u, loc); err == nil {
 			return inRange(t)
 		}
 	}
