@@ -11,6 +11,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 	"golang.org/x/term"
 )
@@ -129,6 +130,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	if a.Now != nil {
 		s.Now = a.Now
 	}
+	s.StopCancelled = stopHere
 	var n int
 	if readOnly {
 		var ok bool
@@ -149,6 +151,18 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	}
 	a.store, a.drained = s, n
 	return s, nil
+}
+
+// stopHere kills what a run cancelled before its recorded start left
+// running on this host (see queue.Store.StopCancelled): its worker may
+// have started the process, carrying the run's CQ_RUN_ID, and stalled
+// before recording the start. A process elsewhere is its own host's
+// worker's to kill, when its start is refused.
+func stopHere(rp queue.Reaped) {
+	if host, _ := os.Hostname(); rp.Host == "" || rp.Host != host {
+		return
+	}
+	procs.KillRuns([]string{rp.RunID})
 }
 
 // DrainSkipped drains the spool now, waiting for the locks as a writing

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
@@ -1123,4 +1124,62 @@ func TestReasonMustBeText(t *testing.T) {
 		t.Fatalf("after the refusals, blocked tasks are %q; want r1 still held", got)
 	}
 	e.ok("release", "r1", "--reason", "fine, ünïcode")
+}
+
+// TestCancelOfAQueuedRunKillsItsProcess: a worker claimed the task,
+// started its process and stalled before recording the start (the run is
+// still queued). cq cancel ends the run and the task at once (SPEC
+// section 3), so it kills that process on this host before its commit
+// frees the key's lane; a run of another host is left to its own worker.
+func TestCancelOfAQueuedRunKillsItsProcess(t *testing.T) {
+	t.Parallel()
+	e := newCQEnv(t, time.Minute, true)
+	e.ok("enqueue", "--id", "here", "--key", "K", "--", "true")
+	e.ok("enqueue", "--id", "there", "--", "true")
+	ctx := context.Background()
+	d, err := db.Open(ctx, filepath.Join(e.home, "cq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st := queue.New(d)
+	host, _ := os.Hostname()
+	start := func(h string) (*queue.Claimed, chan error) {
+		cs, err := st.ClaimN(ctx, queue.ClaimParams{Worker: "stalled", Host: h, Lease: time.Minute}, 1)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("claim: %v, %d claimed", err, len(cs))
+		}
+		cmd := exec.Command("sleep", "300")
+		cmd.Env = append(os.Environ(), "CQ_RUN_ID="+cs[0].RunID)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		return cs[0], done
+	}
+	c1, doneHere := start(host)
+	c2, doneThere := start("another-host")
+	if c1.TaskID != "here" || c2.TaskID != "there" {
+		t.Fatalf("claimed %s then %s; want here then there", c1.TaskID, c2.TaskID)
+	}
+	e.ok("cancel", "here", "there")
+	select {
+	case err := <-doneHere:
+		if err == nil {
+			t.Fatal("sleep 300 ended on its own; want it killed")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("cq cancel left running the process of a run it cancelled before its start was recorded")
+	}
+	select {
+	case err := <-doneThere:
+		t.Fatalf("cq cancel killed the process of another host's run (%v)", err)
+	default:
+	}
+	if got := strings.Fields(e.ok("ls", "-q", "--state", "cancelled")); len(got) != 2 {
+		t.Fatalf("cancelled tasks: %v; want here and there", got)
+	}
 }

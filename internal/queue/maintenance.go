@@ -48,7 +48,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 				if err != nil {
 					return err
 				}
-				o := Outcome{State: RunTimeout, Class: ClassTransient, Error: "not started within " + limit.String()}
+				o := Outcome{State: RunTimeout, Class: ClassTransient, Error: "start not recorded within " + limit.String()}
 				if _, err := endRun(ctx, tx, now, r, o, "start_timeout"); err != nil {
 					return err
 				}

@@ -116,24 +116,25 @@ func (s *Store) Cancel(ctx context.Context, ref, reason string) (string, string,
 		reason = "cancelled by user"
 	}
 	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
-		return cancelByUser(ctx, tx, now, t, reason)
+		return cancelByUser(ctx, tx, now, t, reason, s.StopCancelled)
 	})
 }
 
-func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
 	switch t.State {
 	case TaskInbox, TaskTodo, TaskBlocked:
 		return cancelTask(ctx, tx, now, t, reason)
 	case TaskDoing:
-		return cancelDoing(ctx, tx, now, t, reason)
+		return cancelDoing(ctx, tx, now, t, reason, stop)
 	}
 	return refused(t, "cancel")
 }
 
 // cancelDoing asks the live run of a doing task to stop. A run not yet
-// started is cancelled outright with its task; a running one goes to
+// started is cancelled outright with its task (stop, if set, is then told
+// of it before the commit; see Store.StopCancelled); a running one goes to
 // cancelling for its worker to confirm; one already cancelling is left.
-func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
 	var runID, state string
 	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND `+liveRuns+`
 		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
@@ -151,6 +152,13 @@ func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reas
 	default: // queued
 		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, `ended_at = ?`, FormatTime(now)); err != nil {
 			return err
+		}
+		if stop != nil {
+			r, err := getRun(ctx, tx, runID)
+			if err != nil {
+				return err
+			}
+			stop(reaped(r, RunQueued, RunCancelled))
 		}
 		return cancelTask(ctx, tx, now, t, reason)
 	}
@@ -324,7 +332,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 			if reason == "" {
 				reason = "cancelled by user"
 			}
-			err = cancelByUser(ctx, tx, now, t, reason)
+			err = cancelByUser(ctx, tx, now, t, reason, s.StopCancelled)
 		default:
 			return conflictf("cannot set task %s to %s: it is %s, and only todo, blocked and cancelled can be requested", t.ID, target, t.State)
 		}

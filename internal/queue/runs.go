@@ -297,10 +297,11 @@ func getRun(ctx context.Context, q querier, id string) (*runRow, error) {
 	return &r, err
 }
 
-// fenced is the error a worker gets for a write whose lease token no
-// longer matches: its lease was taken over, and it must write nothing more.
+// fenced is the error a worker gets for a write its lease no longer
+// covers (the token does not match, or the lease expired): it must write
+// nothing more for the run.
 func fenced(runID string) error {
-	return conflictf("run %s: lease lost (token does not match); nothing written", runID)
+	return conflictf("run %s: lease lost (it expired, or the run was ended or taken over); nothing written", runID)
 }
 
 // StartRun records that the run's process has started: queued → running.

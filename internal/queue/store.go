@@ -19,6 +19,13 @@ type Store struct {
 	DB *db.DB
 	// Now is the clock; tests replace it to move time without waiting.
 	Now func() time.Time
+	// StopCancelled, when set, is called inside the transaction of a
+	// user's cancel that ends a run still queued (SPEC section 3: queued →
+	// cancelled), before it commits and so before the task's key lane is
+	// free: its worker may have started the process and not yet recorded
+	// the start (a worker stalled there would leave it running). cq sets it
+	// to kill such processes on this host, as the reaper does.
+	StopCancelled func(Reaped)
 }
 
 // New returns a Store over d using the wall clock.
