@@ -134,21 +134,31 @@ func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
 }
 
 // TestWriteConnectionCache: the connection writes go through has the
-// larger page cache; the others keep SQLite's default.
+// larger page cache and the later automatic checkpoint; the others keep
+// SQLite's defaults (they never commit).
 func TestWriteConnectionCache(t *testing.T) {
 	t.Parallel()
 	d := open(t, filepath.Join(t.TempDir(), "cq.db"))
-	var w, r int
+	var w, r, wc, rc int
 	if err := d.Write(context.Background(), func(tx *db.Tx) error {
-		return tx.QueryRowContext(context.Background(), `PRAGMA cache_size`).Scan(&w)
+		if err := tx.QueryRowContext(context.Background(), `PRAGMA cache_size`).Scan(&w); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(context.Background(), `PRAGMA wal_autocheckpoint`).Scan(&wc)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.SQL.QueryRow(`PRAGMA cache_size`).Scan(&r); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.SQL.QueryRow(`PRAGMA wal_autocheckpoint`).Scan(&rc); err != nil {
+		t.Fatal(err)
+	}
 	if w != -8192 || r != -2000 {
 		t.Fatalf("cache_size: write connection %d, other %d; want -8192 and -2000", w, r)
+	}
+	if wc != 4000 || rc != 1000 {
+		t.Fatalf("wal_autocheckpoint: write connection %d, other %d; want 4000 and 1000", wc, rc)
 	}
 }
 
