@@ -212,7 +212,14 @@ func finishPending(ctx context.Context, st *queue.Store, home string) error {
 func removeRunFolders(home string, runIDs []string) {
 	for _, id := range runIDs {
 		if id != "" {
-			_ = os.RemoveAll(filepath.Join(home, "runs", id))
+			dir := filepath.Join(home, "runs", id)
+			// Once more if it failed: the run's worker may have written
+			// its summary.json into the folder while it was being emptied
+			// (the run ended just before this cleanup deleted it), and
+			// the folder was then not empty when its turn came.
+			if os.RemoveAll(dir) != nil {
+				_ = os.RemoveAll(dir)
+			}
 		}
 	}
 }

@@ -1377,3 +1377,36 @@ func TestPassWritesMissingSummaries(t *testing.T) {
 		t.Errorf("the next pass wrote %d summaries, want 0", r.Summaries)
 	}
 }
+
+// TestSaveSummaryMakesNoFolder: a worker's summary write, just after the
+// run's end, does not bring back a folder cq cleanup removed meanwhile
+// (with its run); into a folder that is there it writes as before.
+func TestSaveSummaryMakesNoFolder(t *testing.T) {
+	t.Parallel()
+	e := hbSetup(t)
+	var runs []queue.Run
+	for _, id := range []string{"gone", "here"} {
+		e.add(queue.Spec{ID: id})
+		c := e.claim("default", id, time.Minute)
+		e.start(c, 0)
+		e.finish(c, queue.RunSucceeded, 0)
+		rs, err := e.st.Runs(e.ctx, id)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("runs of %s: %v, %v", id, rs, err)
+		}
+		runs = append(runs, rs[0])
+	}
+	here := filepath.Join(e.home, "runs", runs[1].ID)
+	if err := os.MkdirAll(here, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		heartbeat.SaveSummary(e.home, r)
+	}
+	if _, err := os.Stat(filepath.Join(e.home, "runs", runs[0].ID)); !os.IsNotExist(err) {
+		t.Fatalf("SaveSummary made the folder of a run whose folder was gone (%v)", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(here, "summary.json")); err != nil || !strings.Contains(string(b), runs[1].ID) {
+		t.Fatalf("summary in an existing folder: %q, %v", b, err)
+	}
+}

@@ -30,14 +30,24 @@ func WriteSummary(ctx context.Context, st *queue.Store, home, taskID, runID stri
 	}
 	for _, r := range runs {
 		if r.ID == runID && r.EndedAt != nil {
-			SaveSummary(home, r)
+			saveSummary(home, r, true)
 			return
 		}
 	}
 }
 
-// SaveSummary writes summary.json for run r.
-func SaveSummary(home string, r queue.Run) {
+// SaveSummary writes summary.json for run r into its folder, as the run's
+// worker does just after the commit that ended it. A folder that is not
+// there is not made: cq cleanup may have deleted the run, and its folder,
+// in between (with a retention near 0), and a summary would bring back a
+// folder no run owns, for good. A run whose folder was never made (its
+// disk was full) gets its summary from a later maintenance pass
+// (WriteMissingSummaries), which reads the store first.
+func SaveSummary(home string, r queue.Run) { saveSummary(home, r, false) }
+
+// saveSummary writes summary.json for run r, making its folder first if
+// create is set.
+func saveSummary(home string, r queue.Run, create bool) {
 	out := Summary{Run: r}
 	if r.StartedAt != nil && r.EndedAt != nil {
 		d := queue.ParseStoredTime(*r.EndedAt).Sub(queue.ParseStoredTime(*r.StartedAt)).Seconds()
@@ -48,8 +58,10 @@ func SaveSummary(home string, r queue.Run) {
 		return
 	}
 	dir := filepath.Join(home, "runs", r.ID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return
+	if create {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return
+		}
 	}
 	f, err := fsutil.OpenPrivate(filepath.Join(dir, "summary.json"), os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
