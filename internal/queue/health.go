@@ -80,7 +80,19 @@ type OldestTask struct {
 // SPEC section 8's table.
 func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	now := s.now()
-	q := s.DB.SQL
+	// Every figure from one read transaction, so that they agree (a
+	// backlog never above the todo count) while producers and workers
+	// commit. BEGIN on its own is deferred: it takes no lock, and the
+	// snapshot starts with the first SELECT.
+	q, err := s.DB.SQL.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	if _, err := q.ExecContext(ctx, `BEGIN`); err != nil {
+		return nil, err
+	}
+	defer func() { _, _ = q.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`) }()
 	h := &Health{States: map[string]int{}, Queues: map[string]QueueHealth{}, Warnings: []string{},
 		RunsFinished: map[string]int{}, Window: th.Window.String(), CheckedAt: FormatTime(now)}
 	for _, st := range TaskStates {
@@ -94,7 +106,7 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 		return nil, err
 	}
 
-	qs, err := s.Queues(ctx)
+	qs, err := queuesWithCounts(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +162,7 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("%d task(s) waiting in todo longer than their queue's warn-after", waiting))
 	}
 
-	if v, ok, err := s.SystemState(ctx, "last_heartbeat"); err != nil {
+	if v, ok, err := systemState(ctx, q, "last_heartbeat"); err != nil {
 		return nil, err
 	} else if ok {
 		h.LastHeartbeat = &v

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,5 +431,74 @@ func TestHealthFigures(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("warnings %q: want the wait warning", h.Warnings)
+	}
+}
+
+// TestHealthFiguresAgree: while batches are committed, every cq health
+// reads one snapshot: the todo count is the queues' backlogs summed, and
+// the backlog is that of the queues not paused.
+func TestHealthFiguresAgree(t *testing.T) {
+	e := mntSetup(t)
+	paused := true
+	if err := e.st.SetQueue(e.ctx, "pz", queue.QueueSettings{Paused: &paused}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		e.add(queue.Spec{Queue: "pz"})
+	}
+	batch := make([]queue.Spec, 50)
+	for i := range batch {
+		n, err := queue.Spec{Cmd: []string{"true"}}.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = n
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var batches atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := e.st.Create(e.ctx, batch, queue.CreateOptions{Enqueue: true}); err != nil {
+				done <- err
+				return
+			}
+			batches.Add(1)
+		}
+	}()
+	bad, reads := 0, 0
+	var first string
+	// Reads go on until 50 batches were committed among them.
+	for ; reads < 100 || batches.Load() < 50; reads++ {
+		h, err := e.st.Health(e.ctx, queue.DefaultThresholds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, unpaused := 0, 0
+		for _, q := range h.Queues {
+			all += q.Backlog
+			if !q.Paused {
+				unpaused += q.Backlog
+			}
+		}
+		if h.States[queue.TaskTodo] != all || h.Backlog != unpaused {
+			if bad == 0 {
+				first = fmt.Sprintf("todo %d, queues' backlogs %d; backlog %d, unpaused queues' %d", h.States[queue.TaskTodo], all, h.Backlog, unpaused)
+			}
+			bad++
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d health reads disagreed with themselves; first: %s", bad, reads, first)
 	}
 }
