@@ -48,8 +48,8 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
 	return queuesWithCounts(ctx, s.DB.SQL)
 }
 
-func queuesWithCounts(ctx context.Context, db querier) ([]Queue, error) {
-	rows, err := db.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
+func queuesWithCounts(ctx context.Context, on querier) ([]Queue, error) {
+	rows, err := on.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
 		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
 		(SELECT COUNT(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
 		(SELECT COUNT(*) FROM runs r WHERE `+liveRuns+` AND r.queue = q.name)
