@@ -120,9 +120,12 @@ awk '
 		k = "BenchmarkFloorClaimComplete|cycles/s"
 		if (has(k))
 			info("  floor: 3 commits, a CAS + event each", "(1k backlog)", sprintf("%.0f/s", f[k]))
-		k1 = "BenchmarkWorkerCycle/slots=1|cycles/s"; k4 = "BenchmarkWorkerCycle/slots=4|cycles/s"
+		k1 = "BenchmarkWorkerCycle/slots=1|cycles/s"; k4 = "BenchmarkWorkerCycle/slots=4|cycles/s"; k64 = "BenchmarkWorkerCycle/slots=64|cycles/s"
+		if (has(k1) && has(k4) && has(k64))
+			info("  worker batching, 1 / 4 / 64 in flight", "", sprintf("%.0f/s / %.0f/s / %.0f/s", f[k1], f[k4], f[k64]))
+		k1 = "BenchmarkFloorWorkerCycle/per-row|cycles/s"; k4 = "BenchmarkFloorWorkerCycle/set-based|cycles/s"
 		if (has(k1) && has(k4))
-			info("  worker batching, 1 / 4 in flight", "", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))
+			info("  floor: 64 in flight, per-row / by sets", "(1k backlog)", sprintf("%.0f/s / %.0f/s", f[k1], f[k4]))
 
 		g = "500 tasks beside 100k lane-blocked"
 		k = "BenchmarkClaimBesideBlockedLane|beside/alone"

@@ -254,7 +254,7 @@ func claimComplete(b *testing.B, st *queue.Store, n int) {
 // what batching buys over BenchmarkClaimComplete's three transactions per
 // task.
 func BenchmarkWorkerCycle(b *testing.B) {
-	for _, slots := range []int{1, 4} {
+	for _, slots := range []int{1, 4, floorSlots} {
 		b.Run(fmt.Sprintf("slots=%d", slots), func(b *testing.B) {
 			st := benchStore(b)
 			ctx := context.Background()

@@ -234,3 +234,138 @@ func BenchmarkFloorEnqueueBatchCqTables(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
 }
+
+// floorSlots is the runs in flight of the batched floors: a worker at
+// --concurrency 64 whose tasks end at once.
+const floorSlots = 64
+
+// BenchmarkFloorWorkerCycle is the floor of BenchmarkWorkerCycle at
+// floorSlots runs in flight, over floorSchema's tables with a 1k backlog:
+// one commit records the ends of the runs in flight and claims as many
+// tasks (their heads read at once), the next records their starts. One
+// op is one task run from claim to end.
+//
+// per-row writes every row that changes with its own statement, a CAS
+// UPDATE per task and per run, as cq's store does; set-based writes each
+// step's rows with one statement (an UPDATE of all the ids, a multi-row
+// INSERT), checking that every row changed. The gap between the two is
+// what a store that moved a cycle's rows by sets would gain; per-row is
+// the ceiling of cq's design of one CAS statement per row.
+func BenchmarkFloorWorkerCycle(b *testing.B) {
+	for _, mode := range []string{"per-row", "set-based"} {
+		b.Run(mode, func(b *testing.B) { floorWorkerCycle(b, mode == "set-based") })
+	}
+}
+
+func floorWorkerCycle(b *testing.B, sets bool) {
+	c := floorDB(b)
+	ctx := context.Background()
+	f := newFloorFiller(b, c, false)
+	for n := 0; n < 1000+b.N+floorSlots; n += floorPer {
+		f.fill(b, n, floorPer)
+	}
+	exec := func(q string, want int, args ...any) {
+		res, err := c.ExecContext(ctx, q, args...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); want >= 0 && n != int64(want) {
+			b.Fatalf("%s: %d rows, want %d", q, n, want)
+		}
+	}
+	list := func(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+	rows := func(row string, n int) string { return strings.TrimSuffix(strings.Repeat(row+",", n), ",") }
+	type run struct{ task, id string }
+	var inflight []run
+	ids := func(pick func(run) string) []any {
+		out := make([]any, len(inflight))
+		for i, r := range inflight {
+			out[i] = pick(r)
+		}
+		return out
+	}
+	pairs := func() []any {
+		out := make([]any, 0, 2*len(inflight))
+		for _, r := range inflight {
+			out = append(out, r.task, r.id)
+		}
+		return out
+	}
+	runs := 0
+	b.ResetTimer()
+	for done := 0; done <= b.N; {
+		exec("BEGIN IMMEDIATE", -1)
+		// The ends of the runs in flight.
+		if k := len(inflight); k > 0 {
+			if sets {
+				exec(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id IN (`+list(k)+`) AND state = 'running' AND token = 'tok'`, k, ids(func(r run) string { return r.id })...)
+				exec(`UPDATE tasks SET state = 'done' WHERE id IN (`+list(k)+`) AND +state = 'doing'`, k, ids(func(r run) string { return r.task })...)
+				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.done', ?, ?, 'doing', 'done')", k), k, pairs()...)
+			} else {
+				for _, r := range inflight {
+					exec(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id = ? AND state = 'running' AND token = 'tok'`, 1, r.id)
+					exec(`UPDATE tasks SET state = 'done' WHERE id = ? AND state = 'doing'`, 1, r.task)
+					exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.done', ?, ?, 'doing', 'done')`, 1, r.task, r.id)
+				}
+			}
+			done += k
+		}
+		// Claim as many: the heads in one read, then the CAS and the run.
+		inflight = inflight[:0]
+		want := min(floorSlots, b.N-done)
+		if want > 0 {
+			rs, err := c.QueryContext(ctx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = 'default' ORDER BY priority, seq LIMIT ?`, want)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rs.Next() {
+				var t string
+				if err := rs.Scan(&t); err != nil {
+					b.Fatal(err)
+				}
+				inflight = append(inflight, run{task: t, id: fmt.Sprintf("r%012d", runs)})
+				runs++
+			}
+			rs.Close()
+			k := len(inflight)
+			if sets {
+				exec(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id IN (`+list(k)+`) AND +state = 'todo'`, k, ids(func(r run) string { return r.task })...)
+				exec(`INSERT INTO runs (id, task_id, state, token) VALUES `+rows("(?, ?, 'queued', 'tok')", k), k, ids2(inflight, func(i int) (string, string) { return inflight[i].id, inflight[i].task })...)
+				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.doing', ?, ?, 'todo', 'doing')", k), k, pairs()...)
+			} else {
+				for _, r := range inflight {
+					exec(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id = ? AND state = 'todo'`, 1, r.task)
+					exec(`INSERT INTO runs (id, task_id, state, token) VALUES (?, ?, 'queued', 'tok')`, 1, r.id, r.task)
+					exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.doing', ?, ?, 'todo', 'doing')`, 1, r.task, r.id)
+				}
+			}
+		}
+		exec("COMMIT", -1)
+		if len(inflight) == 0 {
+			break
+		}
+		// Their starts, in the next commit.
+		exec("BEGIN IMMEDIATE", -1)
+		if k := len(inflight); sets {
+			exec(`UPDATE runs SET state = 'running', pid = 1 WHERE id IN (`+list(k)+`) AND state = 'queued' AND token = 'tok'`, k, ids(func(r run) string { return r.id })...)
+			exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('run.running', ?, ?, 'queued', 'running')", k), k, pairs()...)
+		} else {
+			for _, r := range inflight {
+				exec(`UPDATE runs SET state = 'running', pid = 1 WHERE id = ? AND state = 'queued' AND token = 'tok'`, 1, r.id)
+				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('run.running', ?, ?, 'queued', 'running')`, 1, r.task, r.id)
+			}
+		}
+		exec("COMMIT", -1)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+// ids2 is the two values pick gives for each of rs, in order.
+func ids2[T any](rs []T, pick func(int) (string, string)) []any {
+	out := make([]any, 0, 2*len(rs))
+	for i := range rs {
+		a, c := pick(i)
+		out = append(out, a, c)
+	}
+	return out
+}
