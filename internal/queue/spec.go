@@ -404,7 +404,9 @@ func (s Spec) Normalize() (Spec, error) {
 				return n, invalidf("--after: empty task id")
 			}
 			if !ValidID(a) {
-				return n, invalidf("--after: invalid task id %q", a)
+				// No task can have this id: it names no task, as an
+				// unknown id does, and show, cancel or wait of it say.
+				return n, notFoundf("--after: no task %q (not a valid task id)", a)
 			}
 			if a == n.ID {
 				return n, invalidf("--after: a task cannot depend on itself")
