@@ -76,7 +76,8 @@ if [[ $PARTS == *" go "* ]]; then
 		{
 			"$BENCHSTAT" "$OUT/go.txt"
 			echo
-			echo "claim+complete, 1M backlog against 1k:"
+			echo "claim+complete, 1M backlog against 1k (64 in flight, then one at a time):"
+			"$BENCHSTAT" -filter '.name:ClaimCompleteBatched .unit:cycles/s' -col /backlog "$OUT/go.txt" | grep -Ev '^(goos|goarch|pkg|cpu):'
 			"$BENCHSTAT" -filter '.name:ClaimComplete .unit:cycles/s' -col /backlog "$OUT/go.txt" | grep -Ev '^(goos|goarch|pkg|cpu):'
 			echo
 			echo "500 tasks beside 100k lane-blocked ones against 500 alone:"

@@ -371,7 +371,7 @@ type Batch struct {
 
 // batchMaxRows bounds the rows of one statement; more are written in
 // several.
-const batchMaxRows = 64
+const batchMaxRows = 256
 
 // NewBatch returns the batch of rows of cols values each inserted by head,
 // "INSERT INTO t (a, b, …) VALUES".

@@ -235,9 +235,9 @@ func BenchmarkFloorEnqueueBatchCqTables(b *testing.B) {
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
 }
 
-// floorSlots is the runs in flight of the batched floors: a worker at
-// --concurrency 64 whose tasks end at once.
-const floorSlots = 64
+// floorSlots is the runs in flight of the batched floors, as many as
+// BenchmarkClaimCompleteBatched's.
+const floorSlots = batchSlots
 
 // BenchmarkFloorWorkerCycle is the floor of BenchmarkWorkerCycle at
 // floorSlots runs in flight, over floorSchema's tables with a 1k backlog:

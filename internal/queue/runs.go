@@ -1,16 +1,20 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cq-dev/cq/internal/db"
@@ -118,11 +122,13 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 
 // claimTx claims up to n tasks inside tx.
 //
-// The claimable queues and their live-run counts are read once: within
-// the transaction only these claims change them, each adding one live
-// run to its queue, so the counts are kept here. Likewise a queue's head
-// is read once and again only after a claim took it, since a claim
-// changes no other queue's heads.
+// The claimable queues and their live-run counts are read once, then each
+// queue's next runnable tasks, up to n and its room, in one read of the
+// claim index: a claim does not move a lane (its next task becomes the
+// head only once the claimed one ends), so a queue's first k heads are
+// its next k claims. The queues' lists merge by priority, then seq, and
+// the first n are claimed with one statement for their tasks and one for
+// their runs.
 func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
@@ -134,99 +140,196 @@ func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int
 	if err != nil {
 		return nil, err
 	}
-	var out []*Claimed
-	for len(out) < n {
-		var best *claimable
-		for _, q := range qs {
-			if q.room == 0 {
-				continue
-			}
-			if !q.read {
-				if q.head, err = claimHead(ctx, tx, q.row.Name); err != nil {
-					return nil, err
-				}
-				q.read = true
-			}
-			t := q.head
-			if t == nil {
-				continue
-			}
-			if best == nil || t.Priority < best.head.Priority || (t.Priority == best.head.Priority && t.Seq < best.head.Seq) {
-				best = q
-			}
+	var heads []claimHeadRow
+	for _, q := range qs {
+		want := n
+		if q.room >= 0 {
+			want = min(want, q.room)
 		}
-		if best == nil {
-			break
-		}
-		c, err := claimOne(ctx, tx, now, p, best.head, best.row)
-		if err != nil {
+		if heads, err = claimHeads(ctx, tx, q.row, want, heads); err != nil {
 			return nil, err
 		}
-		out = append(out, c)
-		best.read, best.head = false, nil
-		if best.room > 0 {
-			best.room--
+	}
+	if len(qs) > 1 {
+		slices.SortStableFunc(heads, func(a, b claimHeadRow) int {
+			if a.t.Priority != b.t.Priority {
+				return cmp.Compare(a.t.Priority, b.t.Priority)
+			}
+			return cmp.Compare(a.t.Seq, b.t.Seq)
+		})
+	}
+	if len(heads) > n {
+		heads = heads[:n]
+	}
+	if len(heads) == 0 {
+		return nil, nil
+	}
+	return claimAll(ctx, tx, now, p, heads)
+}
+
+// claimHeadRow is a task a claim may take, and its queue's settings.
+type claimHeadRow struct {
+	t *taskRow
+	q *queueRow
+}
+
+// sqlClaimHeads reads a queue's next runnable tasks in claim order, with
+// only the columns a claim uses (each column the query returns costs it
+// time). The queue is bound as CAST(? AS TEXT), for the reason given at
+// sqlAdvanceLane: with a bare ? the statement was prepared again on every
+// claim, which cost several times what running it does.
+const sqlClaimHeads = `SELECT id, priority, COALESCE(seq,0), attempts, spec FROM tasks INDEXED BY tasks_claim
+	WHERE queue = CAST(? AS TEXT) AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT `
+
+// claimHeads appends up to limit of queue q's next runnable tasks to out.
+func claimHeads(ctx context.Context, tx *db.Tx, q *queueRow, limit int, out []claimHeadRow) ([]claimHeadRow, error) {
+	if limit <= 0 {
+		return out, nil
+	}
+	rows, err := tx.QueryContext(ctx, claimHeadsSQL.get(limit), q.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t := taskRow{State: TaskTodo, Queue: q.Name}
+		if err := rows.Scan(&t.ID, &t.Priority, &t.Seq, &t.Attempts, &t.Spec); err != nil {
+			return nil, err
 		}
+		out = append(out, claimHeadRow{t: &t, q: q})
+	}
+	return out, rows.Err()
+}
+
+// claimAll claims heads: each task todo → doing, and its run, queued.
+// One UPDATE moves every task (a CAS on each: all must still be todo,
+// which they are, read in this transaction); one INSERT writes the runs.
+func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, heads []claimHeadRow) ([]*Claimed, error) {
+	k := len(heads)
+	at := FormatTime(now)
+	args := make([]any, 0, 2+k)
+	args = append(args, TaskDoing, at)
+	for _, h := range heads {
+		args = append(args, h.t.ID)
+	}
+	res, err := tx.ExecContext(ctx, sqlClaimTasks(k), args...)
+	if err != nil {
+		return nil, err
+	}
+	if got, _ := res.RowsAffected(); got != int64(k) {
+		return nil, fmt.Errorf("claim: %d of %d tasks were still todo", got, k)
+	}
+	out := make([]*Claimed, k)
+	lease := FormatTime(now.Add(p.Lease))
+	worker, host := nullable(p.Worker), nullable(p.Host)
+	args = args[:0]
+	for i, h := range heads {
+		best := h.t
+		attempt := best.Attempts + 1
+		c := &Claimed{TaskID: best.ID, RunID: NewID(now), Token: newToken(), Attempt: attempt, Queue: best.Queue,
+			LeaseExpires: now.Add(p.Lease)}
+		_ = json.Unmarshal([]byte(best.Spec), &c.Spec)
+		c.Spec.ID = best.ID
+		if c.Spec.Timeout != "" {
+			c.Timeout, _ = ParseDuration(c.Spec.Timeout)
+		} else {
+			c.Timeout = time.Duration(h.q.TimeoutMS) * time.Millisecond
+		}
+		out[i] = c
+		args = append(args, c.RunID, c.TaskID, attempt, c.Queue, worker, host, c.Token, lease, at)
+		if err := addEvent(ctx, tx, now, event{Kind: "task." + TaskDoing, TaskID: best.ID, From: TaskTodo, To: TaskDoing}); err != nil {
+			return nil, err
+		}
+		if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
+			Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, sqlClaimRuns(k), args...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// sqlClaimHead reads a queue's next runnable task, with only the columns a
-// claim uses (each column the query returns costs it time). The queue is
-// bound as CAST(? AS TEXT), for the reason given at sqlAdvanceLane: with a
-// bare ? the statement was prepared again on every claim, which cost
-// several times what running it does.
-const sqlClaimHead = `SELECT id, priority, COALESCE(seq,0), attempts, spec FROM tasks INDEXED BY tasks_claim
-	WHERE queue = CAST(? AS TEXT) AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`
+// The statements of a claim of k tasks, built once per k so that the
+// write connection's statement cache prepares each once.
+var (
+	claimHeadsSQL = newSQLByCount(func(k int) string { return sqlClaimHeads + strconv.Itoa(k) })
+	claimTasksSQL = newSQLByCount(func(k int) string {
+		return `UPDATE tasks SET state = ?, updated_at = ?, attempts = attempts + 1, todo_at = NULL
+			WHERE id IN (` + strings.TrimSuffix(strings.Repeat("CAST(? AS TEXT),", k), ",") + `) AND +state = 'todo'`
+	})
+	// startRunsSQL: k starts, 5 values each (run id, token, start time,
+	// pid, pgid). The +state keeps the planner on the runs' ids.
+	startRunsSQL = newSQLByCount(func(k int) string {
+		return `WITH v (id, token, at, pid, pgid) AS (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?),", k), ",") + `)
+			UPDATE runs SET state = 'running', started_at = MAX(runs.created_at, v.at), pid = v.pid, pgid = v.pgid
+			FROM v WHERE runs.id = v.id AND +runs.state = 'queued' AND runs.lease_token = v.token
+			RETURNING runs.id, runs.task_id`
+	})
+	// endRunsSQL: k successful ends, 7 values each (run id, token, end
+	// time, whether to keep the end after the run's creation and start
+	// as endRun does for a given time, exit code, signal, error).
+	endRunsSQL = newSQLByCount(func(k int) string {
+		return `WITH v (id, token, ended, clamp, exit, sig, err) AS (VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?),", k), ",") + `)
+			UPDATE runs SET state = 'succeeded',
+				ended_at = CASE WHEN v.clamp THEN MAX(v.ended, runs.created_at, COALESCE(runs.started_at, '')) ELSE v.ended END,
+				exit_code = v.exit, signal = v.sig, error = v.err
+			FROM v WHERE runs.id = v.id AND +runs.state = 'running' AND runs.lease_token = v.token
+			RETURNING ` + qualified("runs", runViewCols)
+	})
+	// doneTasksSQL: k tasks doing → done, as finishTask writes them; ?1
+	// and ?2 are the time.
+	doneTasksSQL = newSQLByCount(func(k int) string {
+		return `UPDATE tasks SET state = 'done', updated_at = ?, lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = NULL
+			WHERE id IN (` + strings.TrimSuffix(strings.Repeat("CAST(? AS TEXT),", k), ",") + `) AND +state = 'doing'
+			RETURNING id, COALESCE(key, ''), EXISTS (SELECT 1 FROM task_deps WHERE dep_id = tasks.id)`
+	})
+	claimRunsSQL = newSQLByCount(func(k int) string {
+		return `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token, lease_expires_at, created_at) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?),`, k), ",")
+	})
+)
 
-// claimHead returns queue's next runnable task, or nil when it has none.
-func claimHead(ctx context.Context, tx *db.Tx, queue string) (*taskRow, error) {
-	t := taskRow{State: TaskTodo, Queue: queue}
-	err := tx.QueryRowContext(ctx, sqlClaimHead, queue).Scan(&t.ID, &t.Priority, &t.Seq, &t.Attempts, &t.Spec)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+func sqlClaimTasks(k int) string { return claimTasksSQL.get(k) }
+func sqlClaimRuns(k int) string  { return claimRunsSQL.get(k) }
+
+// qualified prefixes each of the comma-separated columns with table.
+func qualified(table, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = table + "." + strings.TrimSpace(c)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return strings.Join(parts, ", ")
 }
 
-// claimOne claims best, the head of queue bestQ: todo → doing, and its run.
-func claimOne(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, best *taskRow, bestQ *queueRow) (*Claimed, error) {
-	attempt := best.Attempts + 1
-	if err := casTask(ctx, tx, now, best, TaskDoing, "", "", `attempts = ?, todo_at = NULL`, attempt); err != nil {
-		return nil, err
+// sqlByCount caches a statement's text per count of rows.
+type sqlByCount struct {
+	mu    sync.Mutex
+	build func(int) string
+	texts map[int]string
+}
+
+func newSQLByCount(build func(int) string) *sqlByCount {
+	return &sqlByCount{build: build, texts: map[int]string{}}
+}
+
+func (s *sqlByCount) get(k int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.texts[k]
+	if !ok {
+		q = s.build(k)
+		s.texts[k] = q
 	}
-	c := &Claimed{TaskID: best.ID, RunID: NewID(now), Token: newToken(), Attempt: attempt, Queue: best.Queue,
-		LeaseExpires: now.Add(p.Lease)}
-	_ = json.Unmarshal([]byte(best.Spec), &c.Spec)
-	c.Spec.ID = best.ID
-	if c.Spec.Timeout != "" {
-		c.Timeout, _ = ParseDuration(c.Spec.Timeout)
-	} else {
-		c.Timeout = time.Duration(bestQ.TimeoutMS) * time.Millisecond
-	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token,
-		lease_expires_at, created_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`,
-		c.RunID, c.TaskID, attempt, c.Queue, nullable(p.Worker), nullable(p.Host), c.Token, FormatTime(c.LeaseExpires), FormatTime(now))
-	if err != nil {
-		return nil, err
-	}
-	if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
-		Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return q
 }
 
 // claimable is a queue a claim may take from, with its room (runs it may
-// still start; -1: no limit) and, once read, its head (nil: none).
+// still start; -1: no limit).
 type claimable struct {
 	row  *queueRow
 	room int
-	read bool
-	head *taskRow
 }
 
 // claimableQueues are the queues a claim may take from now: not paused,
@@ -330,6 +433,20 @@ type Start struct {
 func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, err error) {
 	err = s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		errs = make([]error, len(starts))
+		return s.startAll(ctx, tx, now, starts, errs)
+	})
+	return errs, err
+}
+
+// startAll records starts: one UPDATE moves every run that is still
+// queued under its token to running (a CAS on each), and each start it
+// did not move goes through startTx, which finds it refused again and
+// says why in errs. A refusal is not an error of the transaction.
+func (s *Store) startAll(ctx context.Context, tx *db.Tx, now time.Time, starts []Start, errs []error) error {
+	if len(starts) == 0 {
+		return nil
+	}
+	if s.perRow {
 		for i, st := range starts {
 			errs[i] = startTx(ctx, tx, now, st)
 			if errs[i] != nil && !IsConflict(errs[i]) && !IsNotFound(errs[i]) {
@@ -337,8 +454,47 @@ func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, er
 			}
 		}
 		return nil
-	})
-	return errs, err
+	}
+	args := make([]any, 0, 5*len(starts))
+	for _, st := range starts {
+		at := now
+		if !st.At.IsZero() && st.At.Before(now) {
+			at = st.At
+		}
+		args = append(args, st.RunID, st.Token, FormatTime(at), st.Pid, st.Pgid)
+	}
+	rows, err := tx.QueryContext(ctx, startRunsSQL.get(len(starts)), args...)
+	if err != nil {
+		return err
+	}
+	started := make(map[string]string, len(starts)) // run id → task id
+	for rows.Next() {
+		var id, task string
+		if err := rows.Scan(&id, &task); err != nil {
+			rows.Close()
+			return err
+		}
+		started[id] = task
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, st := range starts {
+		task, ok := started[st.RunID]
+		if !ok {
+			errs[i] = startTx(ctx, tx, now, st)
+			if errs[i] != nil && !IsConflict(errs[i]) && !IsNotFound(errs[i]) {
+				return errs[i]
+			}
+			continue
+		}
+		delete(started, st.RunID) // a run given twice starts once
+		if err := addEvent(ctx, tx, now, event{Kind: "run." + RunRunning, TaskID: task, RunID: st.RunID, From: RunQueued, To: RunRunning}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startTx is one queued → running CAS; it writes nothing if it fails.
@@ -534,13 +690,20 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 	var res FinishResult
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		res = FinishResult{Finished: make([]Finished, len(fs)), StartErrs: make([]error, len(starts))}
-		for i, st := range starts {
-			res.StartErrs[i] = startTx(ctx, tx, now, st)
-			if res.StartErrs[i] != nil && !IsConflict(res.StartErrs[i]) && !IsNotFound(res.StartErrs[i]) {
-				return res.StartErrs[i]
+		if err := s.startAll(ctx, tx, now, starts, res.StartErrs); err != nil {
+			return err
+		}
+		done := make([]bool, len(fs))
+		if !s.perRow {
+			var err error
+			if done, err = finishSucceeded(ctx, tx, now, fs, res.Finished); err != nil {
+				return err
 			}
 		}
 		for i, f := range fs {
+			if done[i] {
+				continue
+			}
 			if err := tx.Savepoint("finish"); err != nil {
 				return err
 			}
@@ -569,6 +732,139 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 		return nil
 	})
 	return res, err
+}
+
+// finishSucceeded records at once the ends of fs that are plain
+// successes (not a release) of runs still running under their token: one
+// UPDATE ends the runs (a CAS on each) and returns them as cq shows them,
+// one UPDATE moves their tasks doing → done (a CAS on each), then each
+// task hands its lane on and tells its dependents, as finishTask does.
+// done[i] is set for each end recorded here; the others are left to
+// finishTx, which records them or says why not. If a task of an ended
+// run is not doing (the store broke an invariant), nothing is written
+// here and finishTx meets it.
+func finishSucceeded(ctx context.Context, tx *db.Tx, now time.Time, fs []Finish, out []Finished) ([]bool, error) {
+	done := make([]bool, len(fs))
+	var idx []int
+	args := make([]any, 0, 7*len(fs))
+	seen := make(map[string]bool, len(fs))
+	for i, f := range fs {
+		if f.Release || f.Outcome.State != RunSucceeded || seen[f.RunID] {
+			continue
+		}
+		seen[f.RunID] = true
+		o := f.Outcome
+		ended, clamp := FormatTime(now), 0
+		if !o.At.IsZero() && o.At.Before(now) {
+			ended, clamp = FormatTime(o.At), 1
+		}
+		var exit any
+		if o.ExitCode != nil {
+			exit = *o.ExitCode
+		}
+		idx = append(idx, i)
+		args = append(args, f.RunID, f.Token, ended, clamp, exit, nullable(o.Signal), nullable(o.Error))
+	}
+	if len(idx) == 0 {
+		return done, nil
+	}
+	if err := tx.Savepoint("succeeded"); err != nil {
+		return nil, err
+	}
+	runs, err := endRunsSucceeded(ctx, tx, idx, args)
+	if err != nil {
+		return nil, err
+	}
+	var tasks []any
+	for _, i := range idx {
+		if r := runs[fs[i].RunID]; r != nil {
+			tasks = append(tasks, r.TaskID)
+		}
+	}
+	var ended map[string]endedTask
+	if len(tasks) > 0 {
+		if ended, err = doneTasks(ctx, tx, now, tasks); err != nil {
+			return nil, err
+		}
+	}
+	if len(ended) != len(tasks) {
+		if err := tx.RollbackTo("succeeded"); err != nil {
+			return nil, err
+		}
+		return done, tx.Release("succeeded")
+	}
+	for _, i := range idx {
+		r := runs[fs[i].RunID]
+		if r == nil {
+			continue
+		}
+		done[i] = true
+		out[i] = Finished{TaskState: TaskDone, Run: r}
+		if err := addEvent(ctx, tx, now, event{Kind: "run." + RunSucceeded, TaskID: r.TaskID, RunID: r.ID, From: RunRunning, To: RunSucceeded}); err != nil {
+			return nil, err
+		}
+		if err := addEvent(ctx, tx, now, event{Kind: "task." + TaskDone, TaskID: r.TaskID, From: TaskDoing, To: TaskDone}); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range tasks {
+		e := ended[t.(string)]
+		// A doing task holds its lane: it was its head when claimed.
+		if err := advanceLane(ctx, tx, e.key); err != nil {
+			return nil, err
+		}
+		if e.dependents {
+			if err := releaseDependents(ctx, tx, now, t.(string)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return done, tx.Release("succeeded")
+}
+
+// endRunsSucceeded ends the runs of fs[idx] succeeded, with args (7 per
+// run, in sqlEndRunsSucceeded's order), and returns those it ended, by id.
+func endRunsSucceeded(ctx context.Context, tx *db.Tx, idx []int, args []any) (map[string]*Run, error) {
+	rows, err := tx.QueryContext(ctx, endRunsSQL.get(len(idx)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]*Run, len(idx))
+	for rows.Next() {
+		r, err := scanRunView(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[r.ID] = &r
+	}
+	return out, rows.Err()
+}
+
+// endedTask is what finishing a task needs to know after the UPDATE.
+type endedTask struct {
+	key        string
+	dependents bool
+}
+
+// doneTasks moves tasks doing → done and returns those it moved.
+func doneTasks(ctx context.Context, tx *db.Tx, now time.Time, ids []any) (map[string]endedTask, error) {
+	at := FormatTime(now)
+	rows, err := tx.QueryContext(ctx, doneTasksSQL.get(len(ids)), append([]any{at, at}, ids...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]endedTask, len(ids))
+	for rows.Next() {
+		var id string
+		var e endedTask
+		if err := rows.Scan(&id, &e.key, &e.dependents); err != nil {
+			return nil, err
+		}
+		out[id] = e
+	}
+	return out, rows.Err()
 }
 
 // ClaimN asks FinishRuns to claim up to N tasks after recording the ends.

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -98,29 +99,38 @@ func (b *runBundle) snapshot(t *testing.T) string {
 	for _, q := range []string{
 		`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT COUNT(*) FROM events`,
 	} {
-		rows, err := b.st.DB.SQL.Query(q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vals {
-				sb.WriteString(strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "\n", " ")))
-				sb.WriteByte('|')
-			}
-			sb.WriteByte('\n')
-		}
-		rows.Close()
+		writeRows(t, &sb, b.st.DB.SQL, q)
 	}
 	return sb.String()
+}
+
+// writeRows writes the rows q reads, one line each, its values ended by |.
+func writeRows(t *testing.T, sb *strings.Builder, d *sql.DB, q string) {
+	t.Helper()
+	rows, err := d.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			sb.WriteString(strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "\n", " ")))
+			sb.WriteByte('|')
+		}
+		sb.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func fmtAny(v any) string {
@@ -719,4 +729,126 @@ func TestRunTimesAreTheProcesses(t *testing.T) {
 		}
 		check("ended_at", cl.RunID, lower, b.clk.Now())
 	}
+}
+
+// TestBatchedCycleMatchesPerRow: a cycle records its starts with one
+// UPDATE and its plain successes with one UPDATE of the runs and one of
+// the tasks; everything else (failures, fenced or repeated ends, ends of
+// runs a user is cancelling) falls back to one end at a time. The same
+// cycles recorded with every start and end on its own must leave the
+// same tasks, runs and events, and report the same outcomes, including
+// key lanes handed on, dependents released and the claims that follow.
+func TestBatchedCycleMatchesPerRow(t *testing.T) {
+	t.Parallel()
+	batched, perRow := batchedScenario(t, false), batchedScenario(t, true)
+	if batched != perRow {
+		t.Errorf("batched cycle:\n%s\nper row:\n%s", batched, perRow)
+	}
+	for _, want := range []string{
+		"t1|done|", "t2b|doing|default|k|", "t3d|doing|", "t4|failed|", "t5|doing|", "t6|done|", "t7|done|",
+		"finish t5: 3: run run:t5/1: lease lost", "finish t1: 3: run run:t1/1 already ended succeeded",
+		"run t7/1 succeeded exit=0 error=stdout: no space left on device ended=2026-01-02T03:04:05.050Z",
+		"start 7: run run:t1/1 is running, not queued", "run.succeeded|run:t6/1|cancelling|succeeded|",
+		"t3d|task.todo|<nil>|blocked|todo|dependencies done|", "claimed t2b attempt 1", "claimed t3d attempt 1",
+	} {
+		if !strings.Contains(batched, want) {
+			t.Errorf("the scenario did not reach %q:\n%s", want, batched)
+		}
+	}
+}
+
+// batchedScenario runs the scenario of TestBatchedCycleMatchesPerRow in a
+// new store and returns what it did and left, with run ids and tokens
+// replaced by their task and attempt.
+func batchedScenario(t *testing.T, perRow bool) string {
+	t.Helper()
+	b := setupRuns(t)
+	if perRow {
+		queue.RecordPerRow(b.st)
+	}
+	for _, sp := range []queue.Spec{
+		{ID: "t1"}, {ID: "t2", Key: "k"}, {ID: "t2b", Key: "k"}, {ID: "t3"}, {ID: "t3d", After: []string{"t3"}},
+		{ID: "t4"}, {ID: "t5"}, {ID: "t6"}, {ID: "t7"},
+	} {
+		b.enqueue(t, sp)
+	}
+	p := queue.ClaimParams{Worker: "w1", Host: "h", Lease: time.Minute}
+	claims, err := b.st.ClaimN(b.ctx, p, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	runs := map[string]*queue.Claimed{}
+	var pairs []string
+	for _, c := range claims {
+		runs[c.TaskID] = c
+		pairs = append(pairs, c.RunID, "run:"+c.TaskID+"/1", c.Token, "token:"+c.TaskID)
+		fmt.Fprintf(&out, "claimed %s\n", c.TaskID)
+	}
+	b.clk.Add(50 * time.Millisecond)
+	var starts []queue.Start
+	for _, c := range claims {
+		starts = append(starts, queue.Start{RunID: c.RunID, Token: c.Token, Pid: 10, Pgid: 10})
+	}
+	// One start given twice: the second is refused.
+	starts = append(starts, starts[0])
+	res, err := b.st.Cycle(b.ctx, starts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res.StartErrs {
+		fmt.Fprintf(&out, "start %d: %v\n", i, e)
+	}
+	if _, _, err := b.st.Cancel(b.ctx, "t6", "stop it"); err != nil {
+		t.Fatal(err)
+	}
+	b.clk.Add(100 * time.Millisecond)
+	ok := queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}
+	withErr := ok
+	withErr.Error = "stdout: no space left on device"
+	withErr.At = b.clk.Now().Add(-time.Second) // before the start: kept at it
+	fs := []queue.Finish{
+		{RunID: runs["t1"].RunID, Token: runs["t1"].Token, Outcome: ok},
+		{RunID: runs["t2"].RunID, Token: runs["t2"].Token, Outcome: ok},
+		{RunID: runs["t3"].RunID, Token: runs["t3"].Token, Outcome: ok},
+		{RunID: runs["t4"].RunID, Token: runs["t4"].Token, Outcome: queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}},
+		{RunID: runs["t5"].RunID, Token: "not-its-token", Outcome: ok},
+		{RunID: runs["t6"].RunID, Token: runs["t6"].Token, Outcome: ok},
+		{RunID: runs["t7"].RunID, Token: runs["t7"].Token, Outcome: withErr},
+		{RunID: runs["t1"].RunID, Token: runs["t1"].Token, Outcome: ok},
+	}
+	res, err = b.st.Cycle(b.ctx, nil, fs, &queue.ClaimN{Params: p, N: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range res.Finished {
+		task := []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7", "t1"}[i]
+		if f.Err != nil {
+			fmt.Fprintf(&out, "finish %s: %v: %s\n", task, queue.CodeOf(f.Err), f.Err)
+			continue
+		}
+		r := f.Run
+		fmt.Fprintf(&out, "finish %s: task %s; run %s/%d %s exit=%d error=%s ended=%s\n", task, f.TaskState, r.TaskID, r.Attempt, r.State,
+			*r.ExitCode, strOr(r.Error), strOr(r.EndedAt))
+	}
+	for _, c := range res.Claimed {
+		fmt.Fprintf(&out, "claimed %s attempt %d\n", c.TaskID, c.Attempt)
+		pairs = append(pairs, c.RunID, fmt.Sprintf("run:%s/%d", c.TaskID, c.Attempt), c.Token, "token:"+c.TaskID)
+	}
+	names := strings.NewReplacer(pairs...)
+	for _, q := range []string{
+		`SELECT * FROM tasks ORDER BY id`,
+		`SELECT * FROM runs ORDER BY task_id, attempt`,
+		`SELECT task_id, kind, run_id, from_state, to_state, reason, data, at FROM events ORDER BY task_id, seq`,
+	} {
+		writeRows(t, &out, b.st.DB.SQL, q)
+	}
+	return names.Replace(out.String())
+}
+
+func strOr(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

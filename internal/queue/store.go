@@ -26,6 +26,9 @@ type Store struct {
 	// the start (a worker stalled there would leave it running). cq sets it
 	// to kill such processes on this host, as the reaper does.
 	StopCancelled func(Reaped)
+	// perRow, set by tests only, records every start and end with its
+	// own statements, as the batched paths must match.
+	perRow bool
 }
 
 // New returns a Store over d using the wall clock.
