@@ -852,3 +852,55 @@ func strOr(s *string) string {
 	}
 	return *s
 }
+
+// TestCycleOfManyRuns: a cycle of more runs than one batched statement
+// takes (300: chunks of 128, 128, 32, 8 and 4) claims, starts and ends
+// every one of them exactly once.
+func TestCycleOfManyRuns(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	const n = 300
+	specs := make([]queue.Spec, n)
+	for i := range specs {
+		sp, err := queue.Spec{Cmd: []string{"true"}}.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[i] = sp
+	}
+	if _, err := b.st.Create(b.ctx, specs, queue.CreateOptions{Enqueue: true}); err != nil {
+		t.Fatal(err)
+	}
+	p := queue.ClaimParams{Worker: "w1", Host: "h", Lease: time.Minute}
+	claims, err := b.st.ClaimN(b.ctx, p, n+10)
+	if err != nil || len(claims) != n {
+		t.Fatalf("claimed %d, %v; want %d", len(claims), err, n)
+	}
+	starts := make([]queue.Start, n)
+	fs := make([]queue.Finish, n)
+	for i, c := range claims {
+		starts[i] = queue.Start{RunID: c.RunID, Token: c.Token, Pid: 1, Pgid: 1}
+		fs[i] = queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}}
+	}
+	res, err := b.st.Cycle(b.ctx, starts, fs, &queue.ClaimN{Params: p, N: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if res.StartErrs[i] != nil || res.Finished[i].Err != nil || res.Finished[i].TaskState != queue.TaskDone {
+			t.Fatalf("run %d: start %v, finish %+v", i, res.StartErrs[i], res.Finished[i])
+		}
+	}
+	if len(res.Claimed) != 0 {
+		t.Errorf("claimed %d more, with none left", len(res.Claimed))
+	}
+	var done, runs, events int
+	if err := b.st.DB.SQL.QueryRow(`SELECT (SELECT COUNT(*) FROM tasks WHERE state = 'done'),
+		(SELECT COUNT(*) FROM runs WHERE state = 'succeeded'),
+		(SELECT COUNT(*) FROM events WHERE kind IN ('run.running', 'run.succeeded', 'task.done'))`).Scan(&done, &runs, &events); err != nil {
+		t.Fatal(err)
+	}
+	if done != n || runs != n || events != 3*n {
+		t.Errorf("%d tasks done, %d runs succeeded, %d events; want %d, %d, %d", done, runs, events, n, n, 3*n)
+	}
+}
