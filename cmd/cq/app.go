@@ -71,17 +71,22 @@ func (a *App) Home() (string, error) {
 	return abs, nil
 }
 
-// dbPath is the SQLite file of --db, $CQ_DB or home's cq.db; a URL of
-// another backend is an error (db.ErrUnsupported).
-func (a *App) dbPath(home string) (string, error) {
+// dbPath is the SQLite file of --db or $CQ_DB, else home's cq.db; a URL
+// of another backend is an error (db.ErrUnsupported). A URL is checked
+// before the home is made, so a refused one leaves nothing behind.
+func (a *App) dbPath() (string, error) {
 	url := a.DBFlag
 	if url == "" {
 		url = a.Getenv("CQ_DB")
 	}
-	if url == "" {
-		return filepath.Join(home, "cq.db"), nil
+	if url != "" {
+		return db.PathFromURL(url)
 	}
-	return db.PathFromURL(url)
+	home, err := a.Home()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, "cq.db"), nil
 }
 
 // Store opens the database (creating and migrating it if needed) and
@@ -108,11 +113,11 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	if a.store != nil {
 		return a.store, nil
 	}
-	home, err := a.Home()
+	path, err := a.dbPath()
 	if err != nil {
 		return nil, err
 	}
-	path, err := a.dbPath(home)
+	home, err := a.Home()
 	if err != nil {
 		return nil, err
 	}

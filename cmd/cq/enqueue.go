@@ -221,6 +221,19 @@ func printHolder(app *App, err error) {
 // one object for one spec, and for --batch (list) an array, whatever its
 // length, so that its shape does not depend on the input.
 func printCreated(app *App, res []queue.Created, list bool) error {
+	if err := writeCreated(app, res, list); err != nil && len(res) > 0 {
+		// The tasks are stored and will run: a script must not take
+		// the failure for a refused enqueue and enqueue them again.
+		what := "task " + res[0].ID + " is"
+		if len(res) > 1 {
+			what = fmt.Sprintf("%d tasks (%s…) are", len(res), res[0].ID)
+		}
+		return fmt.Errorf("%s stored, but the output could not be written: %w", what, err)
+	}
+	return nil
+}
+
+func writeCreated(app *App, res []queue.Created, list bool) error {
 	if app.jsonOut() {
 		out := make([]map[string]string, len(res))
 		for i, r := range res {
@@ -404,12 +417,12 @@ func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) err
 	if err != nil {
 		return err
 	}
-	home, err := app.Home()
-	if err != nil {
+	// A line for a store no command can open would wait there forever.
+	if _, err := app.dbPath(); err != nil {
 		return err
 	}
-	// A line for a store no command can open would wait there forever.
-	if _, err := app.dbPath(home); err != nil {
+	home, err := app.Home()
+	if err != nil {
 		return err
 	}
 	if err := spool.Append(home, line, now); err != nil {

@@ -65,8 +65,13 @@ func report(w io.Writer, err error) {
 	if errors.As(err, &ee) && ee.silent {
 		return
 	}
-	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", " ")
-	fmt.Fprintln(w, "cq: "+msg)
+	fmt.Fprintln(w, "cq: "+oneLine(err.Error()))
+}
+
+// oneLine is msg as one line of stderr: a reason or a path given by a
+// user may hold line breaks, which become spaces.
+func oneLine(msg string) string {
+	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(strings.TrimSpace(msg))
 }
 
 // multi runs fn for each id on its own, reports each failure on stderr,

@@ -1183,3 +1183,41 @@ func TestCancelOfAQueuedRunKillsItsProcess(t *testing.T) {
 		t.Fatalf("cancelled tasks: %v; want here and there", got)
 	}
 }
+
+// TestWaitNamesAFailureOnOneLine: cq wait names each task that did not
+// end done on one stderr line, even when its reason (given by a user)
+// holds line breaks.
+func TestWaitNamesAFailureOnOneLine(t *testing.T) {
+	t.Parallel()
+	e := newCQEnv(t, time.Minute, true)
+	e.ok("enqueue", "--id", "w1", "--hold", "--", "true")
+	e.ok("task", "set-state", "w1", "cancelled", "--reason", "line1\nline2\r\nline3")
+	out, errs, code := e.run("wait", "w1")
+	if code != 1 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "line1 line2 line3") {
+		t.Errorf("wait: exit %d, stdout %q, stderr %q; want exit 1 and one line naming the reason", code, out, errs)
+	}
+}
+
+// TestEnqueueOutputFailureSaysTheTaskIsStored: when the id cannot be
+// written (stdout on a full disk), cq enqueue exits 1 and says the task
+// is stored all the same, so that a script does not enqueue it again.
+func TestEnqueueOutputFailureSaysTheTaskIsStored(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full here:", err)
+	}
+	defer full.Close()
+	e := newCQEnv(t, time.Minute, true)
+	cmd := e.command(context.Background(), "", "enqueue", "--id", "kept", "--", "true")
+	var errb strings.Builder
+	cmd.Stdout, cmd.Stderr = full, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || errb.String() != "cq: task kept is stored, but the output could not be written: write /dev/stdout: no space left on device\n" {
+		t.Errorf("enqueue into /dev/full: %v, stderr %q; want exit 1 saying the task is stored", err, errb.String())
+	}
+	if got := strings.TrimSpace(e.ok("ls", "-q")); got != "kept" {
+		t.Errorf("tasks after it: %q, want kept", got)
+	}
+}

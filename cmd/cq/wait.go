@@ -67,7 +67,7 @@ interrupted by SIGINT (SIGTERM).`,
 					}
 					if pending == 0 {
 						for _, b := range bad {
-							fmt.Fprintln(app.Stderr, "cq: "+b)
+							fmt.Fprintln(app.Stderr, "cq: "+oneLine(b))
 						}
 						if len(bad) > 0 {
 							return silentExit(exitError)
