@@ -234,6 +234,12 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 	out := make([]*Claimed, len(heads))
 	lease := FormatTime(now.Add(p.Lease))
 	worker, host := nullable(p.Worker), nullable(p.Host)
+	// run.queued's data, {"attempt":N,"worker":W} as json.Marshal writes
+	// a map (keys sorted), encoded here once for every claim.
+	w, err := json.Marshal(p.Worker)
+	if err != nil {
+		return nil, err
+	}
 	for i, h := range heads {
 		best := h.t
 		attempt := best.Attempts + 1
@@ -251,7 +257,7 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 			return nil, err
 		}
 		if err := addEvent(ctx, tx, now, event{Kind: "run.queued", TaskID: c.TaskID, RunID: c.RunID, To: RunQueued,
-			Data: map[string]any{"worker": p.Worker, "attempt": attempt}}); err != nil {
+			Data: rawJSON(`{"attempt":` + strconv.Itoa(attempt) + `,"worker":` + string(w) + `}`)}); err != nil {
 			return nil, err
 		}
 	}

@@ -750,6 +750,7 @@ func TestBatchedCycleMatchesPerRow(t *testing.T) {
 		"run t7/1 succeeded exit=0 error=stdout: no space left on device ended=2026-01-02T03:04:05.050Z",
 		"start 7: run run:t1/1 is running, not queued", "run.succeeded|run:t6/1|cancelling|succeeded|",
 		"t3d|task.todo|<nil>|blocked|todo|dependencies done|", "claimed t2b attempt 1", "claimed t3d attempt 1",
+		`t1|run.queued|run:t1/1|<nil>|queued|<nil>|{"attempt":1,"worker":"w1"}|`,
 	} {
 		if !strings.Contains(batched, want) {
 			t.Errorf("the scenario did not reach %q:\n%s", want, batched)

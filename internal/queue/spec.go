@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -605,8 +606,25 @@ func (s Spec) NotBefore(created time.Time) time.Time {
 // so that stored times compare correctly as text.
 const TimeFormat = "2006-01-02T15:04:05.000Z"
 
-// FormatTime renders t in TimeFormat.
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+// FormatTime renders t in TimeFormat. A transaction writes its time
+// into every row and event it touches, so the last time rendered is
+// kept and given again for the same instant.
+func FormatTime(t time.Time) string {
+	if m := lastFormatted.Load(); m != nil && m.t.Equal(t) {
+		return m.s
+	}
+	s := t.UTC().Format(TimeFormat)
+	lastFormatted.Store(&formatted{t: t, s: s})
+	return s
+}
+
+// formatted is a time and its rendering by FormatTime.
+type formatted struct {
+	t time.Time
+	s string
+}
+
+var lastFormatted atomic.Pointer[formatted]
 
 // ParseStoredTime reads a time written by FormatTime.
 func ParseStoredTime(s string) time.Time {

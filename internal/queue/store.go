@@ -147,9 +147,14 @@ type event struct {
 // were added, so their seqs follow that order as before.
 var eventRows = db.NewBatch(`INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data) VALUES `, 8)
 
+// rawJSON is event data already encoded.
+type rawJSON string
+
 func addEvent(_ context.Context, tx *db.Tx, now time.Time, e event) error {
 	var data any
-	if e.Data != nil {
+	if r, ok := e.Data.(rawJSON); ok {
+		data = string(r)
+	} else if e.Data != nil {
 		b, err := json.Marshal(e.Data)
 		if err != nil {
 			return err
