@@ -1199,7 +1199,12 @@ func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reape
 			}
 			r.reapBefore = FormatTime(now)
 			o := Outcome{State: RunFailed, Class: ClassTransient, Error: "lease expired (worker lost)"}
-			if r.State == RunCancelling {
+			switch r.State {
+			case RunQueued:
+				// Its process may have started, and even ended: the
+				// worker was lost before it could record either.
+				o.Error = "lease expired before the start was recorded (worker lost)"
+			case RunCancelling:
 				o = Outcome{State: RunCancelled, Error: "lease expired while cancelling"}
 			}
 			if _, err := endRun(ctx, tx, now, r, o, "lease_expired"); err != nil {

@@ -905,3 +905,31 @@ func TestCycleOfManyRuns(t *testing.T) {
 		t.Errorf("%d tasks done, %d runs succeeded, %d events; want %d, %d, %d", done, runs, events, n, n, 3*n)
 	}
 }
+
+// TestReaperSaysWhetherTheStartWasRecorded: a run reaped while still
+// queued may have run (its worker was lost before recording the start),
+// and its error says only what is known.
+func TestReaperSaysWhetherTheStartWasRecorded(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	queued := b.toRunState(t, queue.RunQueued)
+	running := b.toRunState(t, queue.RunRunning)
+	b.clk.Add(91 * time.Second)
+	if reaped, err := b.st.ReapExpired(b.ctx); err != nil || len(reaped) != 2 {
+		t.Fatalf("reap = %v, %v", reaped, err)
+	}
+	for _, c := range []struct {
+		run, want string
+	}{
+		{queued.RunID, "lease expired before the start was recorded (worker lost)"},
+		{running.RunID, "lease expired (worker lost)"},
+	} {
+		var state, errText string
+		if err := b.st.DB.SQL.QueryRow(`SELECT state, error FROM runs WHERE id = ?`, c.run).Scan(&state, &errText); err != nil {
+			t.Fatal(err)
+		}
+		if state != queue.RunFailed || errText != c.want {
+			t.Errorf("reaped run: %s %q, want failed %q", state, errText, c.want)
+		}
+	}
+}
