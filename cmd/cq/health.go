@@ -79,7 +79,9 @@ cron line writing a textfile-collector file never leaves it stale.`,
 				err = app.printHealth(h)
 			}
 			if err != nil {
-				return err
+				// The verdict was not delivered: unknown to the caller
+				// (3), not degraded (1), as for -o prometheus.
+				return &exitErr{code: healthUnreadable, msg: "cannot write the verdict: " + err.Error()}
 			}
 			switch h.Status {
 			case queue.HealthDegraded:

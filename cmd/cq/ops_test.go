@@ -1221,3 +1221,27 @@ func TestEnqueueOutputFailureSaysTheTaskIsStored(t *testing.T) {
 		t.Errorf("tasks after it: %q, want kept", got)
 	}
 }
+
+// TestHealthOutputFailureIsUnknown: cq health that cannot write its
+// verdict exits 3 (unknown, the Nagios convention), never 1, which
+// would read as degraded.
+func TestHealthOutputFailureIsUnknown(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full here:", err)
+	}
+	defer full.Close()
+	e := newCQEnv(t, time.Minute, true)
+	e.ok("heartbeat")
+	for _, args := range [][]string{{"health"}, {"health", "-o", "json"}, {"health", "-q"}, {"health", "-o", "prometheus"}} {
+		cmd := e.command(context.Background(), "", args...)
+		var errb strings.Builder
+		cmd.Stdout, cmd.Stderr = full, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "no space left on device") {
+			t.Errorf("%s into /dev/full: %v, stderr %q; want exit 3 and one line", strings.Join(args, " "), err, errb.String())
+		}
+	}
+}
