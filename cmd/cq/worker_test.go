@@ -1543,6 +1543,39 @@ func TestWorkerSupervisorRestarts(t *testing.T) {
 	e.waitProcs(r.ID, 0, 10*time.Second)
 }
 
+// TestWorkerAndSupervisorKilledTogether: a worker and its supervisor
+// SIGKILLed at the same instant leave their run's grandchildren (only the
+// direct child dies, by its parent-death signal). The next maintenance
+// pass on this host sees the worker's lock free and kills them at once,
+// without waiting for the lease (60 s): the run itself stays running
+// until its lease expires and the reaper ends it (SPEC section 3).
+func TestWorkerAndSupervisorKilledTogether(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("enqueue", "--id", "both", "--shell", `sleep 100 & sleep 100; wait`)
+	a := e.startWorker("A", "--lease", "60s")
+	r := e.waitRunning("both", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second) // sh and its two sleeps
+	sup := 0
+	e.eventually(10*time.Second, "the worker's supervisor", func() (bool, string) {
+		sup = wkSupervisorOf(a.cmd.Process.Pid)
+		return sup != 0, "none found"
+	})
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.signal(syscall.SIGKILL)
+	if code := a.wait(10 * time.Second); code != -1 {
+		t.Fatalf("worker A exited %d, want killed by a signal", code)
+	}
+	// sh is gone (its parent-death signal); the two sleeps live on.
+	e.waitProcs(r.ID, 2, 10*time.Second)
+	e.ok("heartbeat")
+	e.waitProcs(r.ID, 0, 10*time.Second)
+	if got := e.show("both").Runs[0].State; got != "running" {
+		t.Errorf("run after the pass: %s, want running until its lease expires", got)
+	}
+}
+
 // TestWorkerKillsWhatARunLeftBehind: a process a run started outside its
 // process group (setsid) is left alone while the run lives, and killed
 // once the run has ended on its own, so it cannot overlap the task's next

@@ -97,6 +97,15 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 			WriteSummary(ctx, st, opt.Home, rp.TaskID, rp.RunID)
 		}
 	}
+	// A worker of this host that died with its supervisor (SIGKILL of
+	// both, an OOM kill) leaves its runs' grandchildren running until
+	// their leases expire: kill them as soon as the worker's lock says it
+	// is gone (db.WorkerGone). The runs themselves are left to the
+	// reaper, which ends them once their leases expire (SPEC section 3).
+	if err := killGoneWorkersRuns(ctx, st, opt.Host, killed); err != nil {
+		return r, err
+	}
+	st.DB.SweepWorkerLocks()
 	r.Killed = len(killed)
 	r.Summaries = WriteMissingSummaries(ctx, st, opt.Home)
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {
@@ -134,6 +143,34 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	r.Health = h.Status
 	err = st.SetSystemState(ctx, map[string]string{"queue_length": strconv.Itoa(h.Backlog), "health": h.Status})
 	return r, err
+}
+
+// killGoneWorkersRuns kills the processes of the live runs of host whose
+// worker is gone, and records them in killed.
+func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, killed map[string]bool) error {
+	if host == "" {
+		return nil
+	}
+	live, err := st.LiveRunsOn(ctx, host)
+	if err != nil {
+		return err
+	}
+	gone := map[string]bool{}
+	for _, lr := range live {
+		g, seen := gone[lr.Worker]
+		if !seen {
+			g = lr.Worker != "" && st.DB.WorkerGone(lr.Worker)
+			gone[lr.Worker] = g
+		}
+		if !g || killed[lr.RunID] {
+			continue
+		}
+		group := procs.KillGroup(lr.Pgid, lr.RunID, lr.Claimed, lr.Started)
+		if n := procs.KillRuns([]string{lr.RunID}); group || n > 0 {
+			killed[lr.RunID] = true
+		}
+	}
+	return nil
 }
 
 // KillRunGroup SIGKILLs run runID's process group pgid, guarded against

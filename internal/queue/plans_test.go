@@ -25,6 +25,7 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		"queued too long": {sqlQueuedTooLong, []any{"q", "x"}},
 		"expired leases":  {sqlExpiredLeases, []any{"x"}},
 		"queue live":      {sqlQueueLive, []any{"q"}},
+		"live on host":    {sqlLiveRunsOnHost, []any{"h"}},
 	} {
 		if plan := queryPlan(t, d.SQL, q.sql, q.args...); !strings.Contains(plan, "USING INDEX runs_live") {
 			t.Errorf("%s does not read runs_live:\n%s", name, plan)

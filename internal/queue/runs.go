@@ -610,7 +610,36 @@ const (
 	sqlQueuedTooLong  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`
 	sqlExpiredLeases  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND lease_expires_at < ? LIMIT 500`
 	sqlQueueLive      = `SELECT COUNT(*) FROM runs WHERE queue = ? AND ` + liveRuns
+	sqlLiveRunsOnHost = `SELECT id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
+		COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0), COALESCE(worker,'')
+		FROM runs WHERE ` + liveRuns + ` AND host = ?`
 )
+
+// LiveRun is a run not yet ended and the worker that holds it.
+type LiveRun struct {
+	Reaped // From is its state; To is empty
+	Worker string
+}
+
+// LiveRunsOn lists the runs not yet ended that workers of host hold.
+func (s *Store) LiveRunsOn(ctx context.Context, host string) ([]LiveRun, error) {
+	rows, err := s.DB.SQL.QueryContext(ctx, sqlLiveRunsOnHost, host)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LiveRun
+	for rows.Next() {
+		var r runRow
+		var worker string
+		if err := rows.Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
+			&r.Attempt, &r.Pgid, &worker); err != nil {
+			return nil, err
+		}
+		out = append(out, LiveRun{Reaped: reaped(&r, r.State, ""), Worker: worker})
+	}
+	return out, rows.Err()
+}
 
 // Renewal is what a lease renewal learns.
 type Renewal struct {

@@ -203,6 +203,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	} else {
 		w.log.Warn("store.hold_failed", "error", err.Error())
 	}
+	// Says this worker lives: a maintenance pass kills what the runs of a
+	// worker gone with its supervisor left behind (db.WorkerGone).
+	if release, err := w.st.DB.HoldWorker(w.id); err == nil {
+		defer release()
+	} else {
+		w.log.Warn("worker.lock_failed", "error", err.Error())
+	}
 	w.summaries, w.summaryDone = make(chan queue.Run, 1024), make(chan struct{})
 	go func() {
 		defer close(w.summaryDone)
