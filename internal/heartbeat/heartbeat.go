@@ -6,6 +6,7 @@ package heartbeat
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/procs"
@@ -159,7 +160,7 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, kill
 	for _, lr := range live {
 		g, seen := gone[lr.Worker]
 		if !seen {
-			g = lr.Worker != "" && st.DB.WorkerGone(lr.Worker)
+			g = workerGone(st, lr)
 			gone[lr.Worker] = g
 		}
 		if !g || killed[lr.RunID] {
@@ -171,6 +172,23 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, kill
 		}
 	}
 	return nil
+}
+
+// workerGone reports whether the worker holding lr is gone: its process
+// (the pid of its id, host:pid) is not the one that claimed lr, and its
+// lock is free (db.WorkerGone). Both must say so: the pid alone cannot
+// tell a worker of another pid namespace that shares the hostname, and
+// the lock alone trusts the file system's flock.
+func workerGone(st *queue.Store, lr queue.LiveRun) bool {
+	i := strings.LastIndexByte(lr.Worker, ':')
+	if i < 0 {
+		return false
+	}
+	pid, err := strconv.Atoi(lr.Worker[i+1:])
+	if err != nil || procs.Lives(pid, lr.Claimed) {
+		return false
+	}
+	return st.DB.WorkerGone(lr.Worker)
 }
 
 // KillRunGroup SIGKILLs run runID's process group pgid, guarded against

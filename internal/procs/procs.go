@@ -193,3 +193,28 @@ func kill(pid, pgid int) {
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
+
+// Lives reports whether process pid may still be the one that was alive
+// at t: it exists (not a zombie) and did not start after t (± startSlack;
+// an unknown start counts as before). A process that started after t has
+// a recycled pid.
+func Lives(pid int, t time.Time) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
+	if len(f) < 20 || string(f[0]) == "Z" {
+		return len(f) < 20 // unreadable: say alive
+	}
+	ticks, _ := strconv.ParseUint(string(f[19]), 10, 64)
+	boot := bootTime()
+	if ticks == 0 || boot.IsZero() || t.IsZero() {
+		return true
+	}
+	at := boot.Add(time.Duration(ticks) * (time.Second / clockTicks))
+	return !at.After(t.Add(startSlack))
+}
