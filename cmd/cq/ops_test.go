@@ -1203,19 +1203,10 @@ func TestWaitNamesAFailureOnOneLine(t *testing.T) {
 // is stored all the same, so that a script does not enqueue it again.
 func TestEnqueueOutputFailureSaysTheTaskIsStored(t *testing.T) {
 	t.Parallel()
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skip("no /dev/full here:", err)
-	}
-	defer full.Close()
 	e := newCQEnv(t, time.Minute, true)
-	cmd := e.command(context.Background(), "", "enqueue", "--id", "kept", "--", "true")
-	var errb strings.Builder
-	cmd.Stdout, cmd.Stderr = full, &errb
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || errb.String() != "cq: task kept is stored, but the output could not be written: write /dev/stdout: no space left on device\n" {
-		t.Errorf("enqueue into /dev/full: %v, stderr %q; want exit 1 saying the task is stored", err, errb.String())
+	code, errs := e.runIntoFullDisk("enqueue", "--id", "kept", "--", "true")
+	if code != 1 || errs != "cq: task kept is stored, but the output could not be written: write /dev/stdout: no space left on device\n" {
+		t.Errorf("enqueue into /dev/full: exit %d, stderr %q; want exit 1 saying the task is stored", code, errs)
 	}
 	if got := strings.TrimSpace(e.ok("ls", "-q")); got != "kept" {
 		t.Errorf("tasks after it: %q, want kept", got)
@@ -1227,21 +1218,36 @@ func TestEnqueueOutputFailureSaysTheTaskIsStored(t *testing.T) {
 // would read as degraded.
 func TestHealthOutputFailureIsUnknown(t *testing.T) {
 	t.Parallel()
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skip("no /dev/full here:", err)
-	}
-	defer full.Close()
 	e := newCQEnv(t, time.Minute, true)
 	e.ok("heartbeat")
 	for _, args := range [][]string{{"health"}, {"health", "-o", "json"}, {"health", "-q"}, {"health", "-o", "prometheus"}} {
-		cmd := e.command(context.Background(), "", args...)
-		var errb strings.Builder
-		cmd.Stdout, cmd.Stderr = full, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 3 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "no space left on device") {
-			t.Errorf("%s into /dev/full: %v, stderr %q; want exit 3 and one line", strings.Join(args, " "), err, errb.String())
+		code, errs := e.runIntoFullDisk(args...)
+		if code != 3 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "no space left on device") {
+			t.Errorf("%s into /dev/full: exit %d, stderr %q; want exit 3 and one line", strings.Join(args, " "), code, errs)
 		}
 	}
+}
+
+// runIntoFullDisk runs cq with its stdout on /dev/full (Linux's always
+// full device, as a full disk) and returns its exit code and stderr.
+func (e *cqEnv) runIntoFullDisk(args ...string) (int, string) {
+	e.t.Helper()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer full.Close()
+	cmd := e.command(context.Background(), "", args...)
+	var errb strings.Builder
+	cmd.Stdout, cmd.Stderr = full, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, errb.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), errb.String()
+	}
+	e.t.Fatalf("cq %s: %v", strings.Join(args, " "), err)
+	return -1, ""
 }

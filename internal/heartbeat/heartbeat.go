@@ -103,7 +103,7 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	// their leases expire: kill them as soon as the worker's lock says it
 	// is gone (db.WorkerGone). The runs themselves are left to the
 	// reaper, which ends them once their leases expire (SPEC section 3).
-	if err := killGoneWorkersRuns(ctx, st, opt.Host, killed); err != nil {
+	if err := killGoneWorkersRuns(ctx, st, opt.Host, stop); err != nil {
 		return r, err
 	}
 	st.DB.SweepWorkerLocks()
@@ -146,9 +146,9 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	return r, err
 }
 
-// killGoneWorkersRuns kills the processes of the live runs of host whose
-// worker is gone, and records them in killed.
-func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, killed map[string]bool) error {
+// killGoneWorkersRuns calls stop (the reaper's kill) for each live run of
+// host whose worker is gone.
+func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, stop func(queue.Reaped)) error {
 	if host == "" {
 		return nil
 	}
@@ -163,12 +163,8 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, kill
 			g = workerGone(st, lr)
 			gone[lr.Worker] = g
 		}
-		if !g || killed[lr.RunID] {
-			continue
-		}
-		group := procs.KillGroup(lr.Pgid, lr.RunID, lr.Claimed, lr.Started)
-		if n := procs.KillRuns([]string{lr.RunID}); group || n > 0 {
-			killed[lr.RunID] = true
+		if g {
+			stop(lr.Reaped)
 		}
 	}
 	return nil

@@ -55,8 +55,13 @@ func startedWithin(ticks uint64, from, to time.Time) bool {
 	if boot.IsZero() {
 		return false
 	}
-	at := boot.Add(time.Duration(ticks) * (time.Second / clockTicks))
+	at := startTime(boot, ticks)
 	return !at.Before(from.Add(-startSlack)) && !at.After(to.Add(startSlack))
+}
+
+// startTime is when a process that started ticks after boot started.
+func startTime(boot time.Time, ticks uint64) time.Time {
+	return boot.Add(time.Duration(ticks) * (time.Second / clockTicks))
 }
 
 // bootTime is when this machine booted, by the wall clock: now less the
@@ -124,24 +129,32 @@ func list() []proc {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if p, ok := read(pid); ok {
+			out = append(out, p)
 		}
-		// After the command name, which is in parentheses and may hold
-		// anything: state ppid pgrp … with starttime the 20th (proc(5)).
-		f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
-		if len(f) < 20 || string(f[0]) == "Z" {
-			continue
-		}
-		pgid, err := strconv.Atoi(string(f[2]))
-		if err != nil {
-			continue
-		}
-		start, _ := strconv.ParseUint(string(f[19]), 10, 64)
-		out = append(out, proc{pid: pid, pgid: pgid, start: start})
 	}
 	return out
+}
+
+// read reads process pid's group and start from /proc; ok is false if it
+// is gone, a zombie, or unreadable.
+func read(pid int) (p proc, ok bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return p, false
+	}
+	// After the command name, which is in parentheses and may hold
+	// anything: state ppid pgrp … with starttime the 20th (proc(5)).
+	f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
+	if len(f) < 20 || string(f[0]) == "Z" {
+		return p, false
+	}
+	pgid, err := strconv.Atoi(string(f[2]))
+	if err != nil {
+		return p, false
+	}
+	start, _ := strconv.ParseUint(string(f[19]), 10, 64)
+	return proc{pid: pid, pgid: pgid, start: start}, true
 }
 
 // environ is process pid's environment, one KEY=VALUE per entry (none if
@@ -202,19 +215,13 @@ func Lives(pid int, t time.Time) bool {
 	if pid <= 0 {
 		return false
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	p, ok := read(pid)
+	if !ok {
 		return false
 	}
-	f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
-	if len(f) < 20 || string(f[0]) == "Z" {
-		return len(f) < 20 // unreadable: say alive
-	}
-	ticks, _ := strconv.ParseUint(string(f[19]), 10, 64)
 	boot := bootTime()
-	if ticks == 0 || boot.IsZero() || t.IsZero() {
+	if p.start == 0 || boot.IsZero() || t.IsZero() {
 		return true
 	}
-	at := boot.Add(time.Duration(ticks) * (time.Second / clockTicks))
-	return !at.After(t.Add(startSlack))
+	return !startTime(boot, p.start).After(t.Add(startSlack))
 }

@@ -38,7 +38,7 @@ func benchStore(b *testing.B) *queue.Store {
 	return queue.New(d)
 }
 
-func spec(b *testing.B, sp queue.Spec) queue.Spec {
+func spec(b testing.TB, sp queue.Spec) queue.Spec {
 	b.Helper()
 	if sp.Cmd == nil {
 		sp.Cmd = []string{"true"}
@@ -84,7 +84,7 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tasks/s")
 }
 
-func fill(b *testing.B, st *queue.Store, n int, sp queue.Spec) {
+func fill(b testing.TB, st *queue.Store, n int, sp queue.Spec) {
 	b.Helper()
 	ctx := context.Background()
 	batch := make([]queue.Spec, 0, 5000)

@@ -861,17 +861,7 @@ func TestCycleOfManyRuns(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
 	const n = 300
-	specs := make([]queue.Spec, n)
-	for i := range specs {
-		sp, err := queue.Spec{Cmd: []string{"true"}}.Normalize()
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs[i] = sp
-	}
-	if _, err := b.st.Create(b.ctx, specs, queue.CreateOptions{Enqueue: true}); err != nil {
-		t.Fatal(err)
-	}
+	fill(t, b.st, n, queue.Spec{})
 	p := queue.ClaimParams{Worker: "w1", Host: "h", Lease: time.Minute}
 	claims, err := b.st.ClaimN(b.ctx, p, n+10)
 	if err != nil || len(claims) != n {
