@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cq-dev/cq/internal/queue"
@@ -81,26 +82,95 @@ func newReleaseCmd(app *App) *cobra.Command {
 }
 
 func newSetStateCmd(app *App) *cobra.Command {
-	var reason string
+	var reason, timeout string
 	cmd := &cobra.Command{
 		Use:   "set-state ID STATE",
 		Short: "Move a task to todo (enqueue, release, retry), blocked (hold) or cancelled",
-		Args:  exactArgs(2, "set-state takes a task id and a state"),
+		Long: `STATE todo enqueues, releases or retries the task (whichever its state
+calls for), blocked holds it, cancelled cancels it. A doing task's run is
+asked to stop, and set-state waits until its worker confirms: exit 0 once
+the task is cancelled, 3 if its run ended on its own first (or --timeout
+came first; the cancel stands). Any other refusal exits 3 and changes
+nothing.`,
+		Args: exactArgs(2, "set-state takes a task id and a state"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			st, err := app.Store(cmd.Context())
+			var deadline <-chan time.Time
+			if timeout != "" {
+				d, err := queue.ParseDuration(timeout)
+				if err != nil {
+					return usageErr("--timeout: %v", err)
+				}
+				if d < 0 {
+					return usageErr("--timeout must not be negative")
+				}
+				deadline = time.After(d)
+			}
+			ctx := cmd.Context()
+			st, err := app.Store(ctx)
 			if err != nil {
 				return err
 			}
-			id, state, err := st.SetState(cmd.Context(), args[0], args[1], reason)
+			id, state, err := st.SetState(ctx, args[0], args[1], reason)
 			if err != nil {
 				return err
+			}
+			if queue.SetStatePending(args[1], state) {
+				if state, err = awaitEnd(ctx, st, id, deadline); err != nil {
+					return err
+				}
+				if state != args[1] {
+					return &queue.Error{Code: queue.CodeConflict,
+						Msg: fmt.Sprintf("task %s ended %s: its run finished before the cancel took effect", id, state)}
+				}
 			}
 			return app.printOutcome(id, state)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the event")
+	cmd.Flags().StringVar(&timeout, "timeout", "", "when cancelling a doing task, give up waiting for its worker after this long (exit 3)")
 	return cmd
+}
+
+// awaitEnd waits until task id is terminal and returns its state. It
+// reads the store only after a commit (as cq wait does). The deadline
+// (nil: none) is a conflict, since the task has not reached the state
+// asked; an interrupt exits as cq wait's does.
+func awaitEnd(ctx context.Context, st *queue.Store, id string, deadline <-chan time.Time) (string, error) {
+	changed, stopWatch, err := st.DB.ChangeWatch(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer stopWatch()
+	tick := time.NewTicker(waitPoll)
+	defer tick.Stop()
+	for {
+		if ch, err := changed(); err != nil || ch {
+			got, err := st.TaskStatuses(ctx, []string{id})
+			if err != nil && ctx.Err() != nil {
+				return "", silentExit(exitInterrupted)
+			}
+			if err != nil {
+				return "", err
+			}
+			t, ok := got[id]
+			if !ok {
+				return "", &queue.Error{Code: queue.CodeConflict,
+					Msg: fmt.Sprintf("task %s was deleted (cq cleanup) before set-state saw how it ended", id)}
+			}
+			if queue.TaskTerminal(t.State) {
+				return t.State, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", silentExit(exitInterrupted)
+		case <-deadline:
+			return "", &queue.Error{Code: queue.CodeConflict,
+				Msg: fmt.Sprintf("task %s is still doing: its worker has not confirmed the cancel yet (it stands)", id)}
+		case <-tick.C:
+		}
+	}
 }

@@ -1666,3 +1666,75 @@ func TestWorkerRunsWhenItsLogsCannotBeWritten(t *testing.T) {
 		t.Errorf("run %v: want its error to say the output was lost", r)
 	}
 }
+
+// TestSetStateCancelledOfARunningTask: cq task set-state ID cancelled of
+// a doing task cancels it as cq cancel does, then waits for its worker to
+// confirm: exit 0 once the task is cancelled (SPEC section 5: cancelled
+// means cancel). With the worker stopped, --timeout gives up with exit 3
+// and the cancel stands: the reaper ends the run cancelled. A run that
+// ends on its own first makes set-state exit 3 naming how it ended.
+func TestSetStateCancelledOfARunningTask(t *testing.T) {
+	e := wkNewEnv(t)
+	w := e.startWorker("w", "--grace", "5s")
+
+	e.ok("enqueue", "--id", "long", "--shell", `sleep 100 & sleep 100; wait`)
+	r := e.waitRunning("long", 1)
+	e.waitProcs(r.ID, 3, 30*time.Second)
+	if out := e.ok("task", "set-state", "long", "cancelled", "-o", "json"); !strings.Contains(out, `"state":"cancelled"`) {
+		t.Errorf("set-state -o json printed %q; want the task cancelled", out)
+	}
+	if task := e.show("long"); task.State != "cancelled" || task.Runs[0].State != "cancelled" {
+		t.Fatalf("after set-state: %v; want task and run cancelled", task)
+	}
+	e.waitProcs(r.ID, 0, 10*time.Second)
+
+	// The run ends on its own before the worker acts on the cancel: exit 3.
+	e.ok("enqueue", "--id", "quick", "--shell", `touch started; while [ ! -e go ]; do sleep 0.05; done`)
+	r = e.waitRunning("quick", 1)
+	e.waitFile("started")
+	w.signal(syscall.SIGSTOP)
+	res := make(chan string, 1)
+	go func() {
+		_, errs, code := e.run("task", "set-state", "quick", "cancelled")
+		res <- fmt.Sprintf("%d %s", code, errs)
+	}()
+	e.eventually(30*time.Second, "the run cancelling", func() (bool, string) {
+		task := e.show("quick")
+		return task.Runs[0].State == "cancelling", task.String()
+	})
+	if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.waitProcs(r.ID, 0, 30*time.Second)
+	w.signal(syscall.SIGCONT)
+	select {
+	case got := <-res:
+		if !strings.HasPrefix(got, "3 ") || !strings.Contains(got, "quick ended done") || strings.Count(got, "\n") != 1 {
+			t.Errorf("set-state of a run that ended on its own: %q; want exit 3 and one line saying it ended done", got)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("set-state did not return once the task ended")
+	}
+	w.stop()
+
+	// The worker cannot confirm: --timeout gives up, the cancel stands.
+	w = e.startWorker("w2", "--lease", "3s")
+	e.ok("enqueue", "--id", "frozen", "--shell", `sleep 100`)
+	r = e.waitRunning("frozen", 1)
+	w.signal(syscall.SIGSTOP)
+	_, errs, code := e.run("task", "set-state", "frozen", "cancelled", "--timeout", "300ms")
+	if code != 3 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "frozen") {
+		t.Errorf("set-state --timeout with the worker stopped: exit %d, stderr %q; want 3 and one line naming the task", code, errs)
+	}
+	if task := e.show("frozen"); task.Runs[0].State != "cancelling" {
+		t.Fatalf("after the timeout the run is %s; want cancelling (the cancel stands)", task.Runs[0].State)
+	}
+	e.eventually(30*time.Second, "run reaped", func() (bool, string) {
+		e.ok("heartbeat")
+		task := e.show("frozen")
+		return task.State == "cancelled", task.String()
+	})
+	w.signal(syscall.SIGCONT)
+	e.waitProcs(r.ID, 0, 10*time.Second)
+	w.stop()
+}

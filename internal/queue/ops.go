@@ -306,7 +306,10 @@ func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason
 // SetState is the generic form of enqueue, release, retry, hold and
 // cancel. It refuses (conflict) any other target, any transition those
 // commands would refuse, and an outcome other than the requested state;
-// a refusal changes nothing.
+// a refusal changes nothing. A cancel of a doing task is the one
+// outcome that is not known at once: its run is asked to stop (as cq
+// cancel does), the change is kept, and the state returned is doing,
+// for the caller to wait until its worker confirms (see SetStatePending).
 func (s *Store) SetState(ctx context.Context, ref, target, reason string) (string, string, error) {
 	if !ValidTaskState(target) {
 		return "", "", invalidf("unknown state %q (want one of %s)", target, strings.Join(TaskStates, ", "))
@@ -343,9 +346,16 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 		if err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, t.ID).Scan(&state); err != nil {
 			return err
 		}
-		if state != target {
+		if state != target && !SetStatePending(target, state) {
 			return conflictf("cannot set task %s to %s: it is %s and would end %s; nothing changed", t.ID, target, t.State, state)
 		}
 		return nil
 	})
+}
+
+// SetStatePending reports whether SetState to target, having left the
+// task in state, asked a worker to stop its run: a cancel of a doing
+// task, whose end only the worker (or the reaper) records.
+func SetStatePending(target, state string) bool {
+	return target == TaskCancelled && state == TaskDoing
 }

@@ -434,6 +434,9 @@ var transitionOutcomes = map[[2]string]outcome{
 	{"doing-queued", "Cancel"}:                    {cancelled, []wantEvent{runEv(queue.RunQueued, queue.RunCancelled), taskEv(doing, cancelled)}, false},
 	{"doing-queued", "SetState(cancelled)"}:       {cancelled, []wantEvent{runEv(queue.RunQueued, queue.RunCancelled), taskEv(doing, cancelled)}, false},
 	{"doing-running", "Cancel"}:                   {doing, []wantEvent{runEv(queue.RunRunning, queue.RunCancelling)}, true},
+	// The store's part of set-state's cancel of a running task is cq
+	// cancel's; the CLI then waits for the worker (cmd/cq).
+	{"doing-running", "SetState(cancelled)"}: {doing, []wantEvent{runEv(queue.RunRunning, queue.RunCancelling)}, true},
 }
 
 // snapshotFor is what "changes nothing" compares: every table, plus the
