@@ -39,6 +39,15 @@ awk '
 		printf "%-47s %-22s %-42s %s\n", goal, target, measured, ok
 	}
 	function verdict(c) { return c ? "PASS" : "MISS" }
+	# gcount is count for a goal with a floor: a MISS whose floor (the
+	# least work the contract allows, measured in this run) misses the
+	# target too is out of reach in this run, and says so.
+	function gcount(c, floorknown, floorok) {
+		if (c) { pass++; return "PASS" }
+		miss++
+		if (floorknown && !floorok) { reach++; return "MISS (floor too)" }
+		return "MISS"
+	}
 	function na(goal, target, why) { row(goal, target, "n/a (" why ")", "n/a"); nas++ }
 	function count(c) { if (c) pass++; else miss++; return verdict(c) }
 	# info rows are measured bounds shown beside a goal, not goals.
@@ -54,11 +63,13 @@ awk '
 		g = "e2e true tasks/s, " (has("e2e_tasks") ? f["e2e_tasks"] : "N") " batch-enqueued, " (has("e2e_conc") ? f["e2e_conc"] : 4) " slots"
 		if (has("tp_cq") && has("tp_spawnref")) {
 			r = f["tp_cq"] / f["tp_spawnref"]
-			row(g, ">= 0.7 x Go spawn ref", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_spawnref"]), count(r >= 0.7))
+			row(g, ">= 0.7 x Go spawn ref", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_spawnref"]),
+				gcount(r >= 0.7, has("tp_floor"), f["tp_floor"] / f["tp_spawnref"] >= 0.7))
 		} else na(g, ">= 0.7 x Go spawn ref", "no cq or spawn reference figure")
 		if (has("tp_cq") && has("tp_tsp")) {
 			r = f["tp_cq"] / f["tp_tsp"]
-			row("  same, against tsp", ">= 3 x tsp", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_tsp"]), count(r >= 3))
+			row("  same, against tsp", ">= 3 x tsp", sprintf("%.0f/s = %.2f x %.0f/s", f["tp_cq"], r, f["tp_tsp"]),
+				gcount(r >= 3, has("tp_floor"), f["tp_floor"] / f["tp_tsp"] >= 3))
 		} else na("  same, against tsp", ">= 3 x tsp", "tsp not measured")
 
 		# Measured in the same rounds: bench/floor run, only the work the
@@ -67,7 +78,8 @@ awk '
 		if (has("tp_floor") && has("tp_spawnref")) {
 			r = f["tp_floor"] / f["tp_spawnref"]
 			info("  floor: only the work the contract needs", "(bench/floor run)",
-				sprintf("%.0f/s = %.2f x ref%s", f["tp_floor"], r, has("tp_cq") ? sprintf("; cq %.2f x floor", f["tp_cq"] / f["tp_floor"]) : ""))
+				sprintf("%.0f/s = %.2f x ref%s%s", f["tp_floor"], r, has("tp_tsp") ? sprintf(", %.2f x tsp", f["tp_floor"] / f["tp_tsp"]) : "",
+					has("tp_cq") ? sprintf("; cq %.2f x floor", f["tp_cq"] / f["tp_floor"]) : ""))
 		}
 
 		# cq cannot run tasks faster than its CPU time per task allows
@@ -88,7 +100,8 @@ awk '
 		g = "one cq enqueue call, median"
 		if (has("call_cq_us") && has("call_tsp_us")) {
 			r = f["call_cq_us"] / f["call_tsp_us"]
-			row(g, "<= 2 x one tsp add", sprintf("%.2f ms = %.2f x %.2f ms", f["call_cq_us"] / 1000, r, f["call_tsp_us"] / 1000), count(r <= 2))
+			row(g, "<= 2 x one tsp add", sprintf("%.2f ms = %.2f x %.2f ms", f["call_cq_us"] / 1000, r, f["call_tsp_us"] / 1000),
+				gcount(r <= 2, has("call_floorinsert_us"), f["call_floorinsert_us"] / f["call_tsp_us"] <= 2))
 		} else na(g, "<= 2 x one tsp add", "tsp not measured")
 		if (has("call_floornoop_us") && has("call_tsp_us"))
 			info("  floor: Go + cobra + go-sqlite3, no-op", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floornoop_us"] / 1000, f["call_floornoop_us"] / f["call_tsp_us"]))
@@ -98,20 +111,25 @@ awk '
 		g = "batch enqueue (in process, 1000/tx)"; k = "BenchmarkEnqueueBatch|tasks/s"
 		if (has(k)) {
 			extra = has("batch_cli_tasks_per_s") ? sprintf("; CLI %.0fk/s", f["batch_cli_tasks_per_s"] / 1000) : ""
-			row(g, ">= 250k tasks/s", sprintf("%.1fk/s%s", f[k] / 1000, extra), count(f[k] >= 250000))
+			kt = "BenchmarkFloorEnqueueBatchTimed|tasks/s"
+			row(g, ">= 250k tasks/s", sprintf("%.1fk/s%s", f[k] / 1000, extra), gcount(f[k] >= 250000, has(kt), f[kt] >= 250000))
 		} else na(g, ">= 250k tasks/s", "no BenchmarkEnqueueBatch")
 		if (has("floor_rows_tasks_per_s"))
 			info("  floor: a task + 2 event rows, no index", "", sprintf("%.1fk/s", f["floor_rows_tasks_per_s"] / 1000))
 		k = "BenchmarkFloorEnqueueBatch|tasks/s"
 		if (has(k))
 			info("  floor: same rows + id key + claim index", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
+		k = "BenchmarkFloorEnqueueBatchTimed|tasks/s"
+		if (has(k))
+			info("  floor: same + the times SPEC prints", "(3 per task)", sprintf("%.1fk/s", f[k] / 1000))
 		k = "BenchmarkFloorEnqueueBatchCqTables|tasks/s"
 		if (has(k))
 			info("  floor: same rows into the cq schema", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 
 		g = "claim+complete cycles/s, 1M backlog"
 		k1 = "BenchmarkClaimCompleteBatched/backlog=1M|cycles/s"; k0 = "BenchmarkClaimCompleteBatched/backlog=1k|cycles/s"
-		if (has(k1)) row(g, ">= 15k/s", sprintf("%.0f/s (64 in flight)", f[k1]), count(f[k1] >= 15000))
+		k4 = "BenchmarkFloorWorkerCycle/set-based|cycles/s"
+		if (has(k1)) row(g, ">= 15k/s", sprintf("%.0f/s (64 in flight)", f[k1]), gcount(f[k1] >= 15000, has(k4), f[k4] >= 15000))
 		else na(g, ">= 15k/s", "no backlog=1M benchmark")
 		if (has(k1) && has(k0)) {
 			r = f[k1] / f[k0]
@@ -156,5 +174,7 @@ awk '
 		} else na(g, "<= 64 MiB", "not measured")
 
 		printf "\n%d PASS, %d MISS, %d n/a\n", pass, miss, nas
+		if (reach)
+			printf "%d of the MISSes are marked \"floor too\": the floor beside them, the least work the contract allows (measured in this run), misses the target as well, so no implementation reaches it here\n", reach
 	}'
 exit 0
