@@ -29,7 +29,8 @@ func newHealthCmd(app *App) *cobra.Command {
 		Short: "Report the verdict and metrics (-o json, -o prometheus)",
 		Long: `Exit codes: 0 ok, 1 degraded, 2 unhealthy, 3 the store cannot be read.
 With -o prometheus it exits 0 whenever it could write the metrics, so a
-cron line writing a textfile-collector file never leaves it stale.`,
+cron line writing a textfile-collector file never leaves it stale: a store
+it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -55,12 +56,23 @@ cron line writing a textfile-collector file never leaves it stale.`,
 			if errors.Is(err, db.ErrUnsupported) {
 				return err // a postgres:// URL is refused (exit 1) by every command
 			}
-			if err != nil {
-				return &exitErr{code: healthUnreadable, msg: err.Error()}
+			var h *queue.Health
+			if err == nil {
+				if h, err = st.Health(cmd.Context(), th); err != nil {
+					err = fmt.Errorf("cannot read the store: %w", err)
+				}
 			}
-			h, err := st.Health(cmd.Context(), th)
 			if err != nil {
-				return &exitErr{code: healthUnreadable, msg: "cannot read the store: " + err.Error()}
+				if app.format() == "prometheus" {
+					// The verdict is unknown, and the metrics say so: a
+					// textfile collector's file then shows it instead of
+					// going stale.
+					if werr := writeUnreadable(app.Stdout, err); werr != nil {
+						return &exitErr{code: healthUnreadable, msg: oneLine(err.Error()) + "; and cannot write the metrics: " + werr.Error()}
+					}
+					return nil
+				}
+				return &exitErr{code: healthUnreadable, msg: err.Error()}
 			}
 			switch {
 			case app.format() == "prometheus":
@@ -190,6 +202,21 @@ func writePrometheus(w io.Writer, h *queue.Health) error {
 	}
 	set.Gauge("cq_last_heartbeat_timestamp_seconds", "Unix time of the last maintenance pass (0: never).", hb)
 	status := map[string]float64{queue.HealthOK: 0, queue.HealthDegraded: 1, queue.HealthUnhealthy: 2}[h.Status]
-	set.Gauge("cq_health_status", "Health verdict: 0 ok, 1 degraded, 2 unhealthy.", status)
+	set.Gauge("cq_health_status", healthStatusHelp, status)
+	set.Gauge("cq_store_readable", "1 if cq health could read the store.", 1)
+	return set.Write(w)
+}
+
+const healthStatusHelp = "Health verdict: 0 ok, 1 degraded, 2 unhealthy, 3 unknown (the store cannot be read)."
+
+// writeUnreadable writes the metrics of a store cq health cannot read:
+// the verdict unknown (3, as the exit code of cq health without -o
+// prometheus), and cq_store_readable 0 with the reason in its help text,
+// since a command that writes its metrics succeeds and says nothing on
+// stderr.
+func writeUnreadable(w io.Writer, cause error) error {
+	var set promtext.Set
+	set.Gauge("cq_health_status", healthStatusHelp, 3)
+	set.Gauge("cq_store_readable", "1 if cq health could read the store; 0 here: "+oneLine(cause.Error()), 0)
 	return set.Write(w)
 }

@@ -350,6 +350,7 @@ func TestOpsHealthPrometheus(t *testing.T) {
 	opsWantSeries(t, "cq_last_heartbeat_timestamp_seconds", opsSeries(t, mfs, "cq_last_heartbeat_timestamp_seconds", ""),
 		map[string]float64{"": float64(hb.UnixMilli()) / 1000})
 	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 1})
+	opsWantSeries(t, "cq_store_readable", opsSeries(t, mfs, "cq_store_readable", ""), map[string]float64{"": 1})
 
 	// Unhealthy (no heartbeat for an hour): the verdict is in the metrics,
 	// the exit code is still 0.
@@ -1250,4 +1251,35 @@ func (e *cqEnv) runIntoFullDisk(args ...string) (int, string) {
 	}
 	e.t.Fatalf("cq %s: %v", strings.Join(args, " "), err)
 	return -1, ""
+}
+
+// TestOpsHealthPrometheusUnreadable: a store cq health cannot read (here
+// one written by a newer cq) exits 3 without -o prometheus; with it, the
+// metrics say the verdict is unknown (cq_health_status 3,
+// cq_store_readable 0 with the reason in its help text) and it exits 0,
+// silent on stderr, so a textfile collector's file does not go stale.
+// The store is left untouched.
+func TestOpsHealthPrometheusUnreadable(t *testing.T) {
+	e := opsNewEnv(t)
+	e.ok("heartbeat")
+	opsExec(t, e.db(), `PRAGMA user_version = 99`)
+	_, errs, code := e.run("health")
+	if code != 3 || strings.Count(errs, "\n") != 1 {
+		t.Fatalf("cq health of a newer store: exit %d, stderr %q; want 3 and one line", code, errs)
+	}
+	text, errs, code := e.run("health", "-o", "prometheus")
+	if code != 0 || errs != "" {
+		t.Fatalf("cq health -o prometheus of a newer store: exit %d, stderr %q; want 0 and nothing", code, errs)
+	}
+	mfs := opsParseProm(t, text)
+	opsLintProm(t, text, mfs)
+	opsWantSeries(t, "cq_health_status", opsSeries(t, mfs, "cq_health_status", ""), map[string]float64{"": 3})
+	opsWantSeries(t, "cq_store_readable", opsSeries(t, mfs, "cq_store_readable", ""), map[string]float64{"": 0})
+	if help := mfs["cq_store_readable"].GetHelp(); !strings.Contains(help, "newer") {
+		t.Errorf("cq_store_readable's help %q does not give the reason", help)
+	}
+	var v int
+	if err := e.db().QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != 99 {
+		t.Errorf("user_version after cq health: %d (%v); want 99, untouched", v, err)
+	}
 }
