@@ -758,6 +758,63 @@ func TestBatchRows(t *testing.T) {
 	}
 }
 
+// TestExecMany: a statement run through ExecMany writes what ExecContext
+// would, its Result gives the rows it changed and the last rowid it
+// inserted, and a constraint it breaks is its error, with nothing of it
+// kept.
+func TestExecMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, filepath.Join(t.TempDir(), "cq.db"))
+	if _, err := d.SQL.Exec(`CREATE TABLE kv (n INTEGER PRIMARY KEY AUTOINCREMENT, k TEXT NOT NULL UNIQUE, v INTEGER, note TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Write(ctx, func(tx *db.Tx) error {
+		res, err := tx.ExecMany(ctx, `INSERT INTO kv (k, v, note) VALUES (?, ?, ?), (?, ?, ?), (?, ?, ?)`,
+			"a", 1, nil, "b", int64(2), "two", "c", 3, "")
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 3 {
+			t.Errorf("insert: %d rows affected, want 3", n)
+		}
+		if id, _ := res.LastInsertId(); id != 3 {
+			t.Errorf("insert: last id %d, want 3", id)
+		}
+		res, err = tx.ExecMany(ctx, `UPDATE kv SET v = v * 10 WHERE k IN (?, ?, ?) AND v < ?`, "a", "b", "zz", 100)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 2 {
+			t.Errorf("update: %d rows affected, want 2", n)
+		}
+		if _, err := tx.ExecMany(ctx, `INSERT INTO kv (k) VALUES (?), (?)`, "d", "a"); err == nil {
+			t.Error("a duplicate key was accepted")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rows, err := d.SQL.Query(`SELECT k, v, COALESCE(note, 'NULL') FROM kv ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, note string
+		var v int
+		if err := rows.Scan(&k, &v, &note); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s=%d:%s", k, v, note))
+	}
+	if want := []string{"a=10:NULL", "b=20:two", "c=3:"}; !slices.Equal(got, want) {
+		t.Errorf("rows: %q, want %q (the failed insert keeps nothing)", got, want)
+	}
+}
+
 // TestChangeWatch: changed says true at first, then false until another
 // connection commits, then true once.
 func TestChangeWatch(t *testing.T) {

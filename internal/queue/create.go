@@ -145,7 +145,7 @@ func (c *creator) flush(ctx context.Context) error {
 	if err := c.tx.Flush(); err != nil {
 		return err
 	}
-	res, err := c.tx.ExecContext(ctx, q.events, args...)
+	res, err := c.tx.ExecMany(ctx, q.events, args...)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (c *creator) flush(ctx context.Context) error {
 		args = append(args, t.ID, t.State, t.Queue, t.Priority, seq, t.Spec, boolInt(t.Hold),
 			nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(t.BlockedReason), todoAt)
 	}
-	_, err = c.tx.ExecContext(ctx, q.tasks, args...)
+	_, err = c.tx.ExecMany(ctx, q.tasks, args...)
 	return err
 }
 

@@ -219,7 +219,7 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 		for _, h := range heads[lo:hi] {
 			args = append(args, h.t.ID)
 		}
-		res, err := tx.ExecContext(ctx, claimTasksSQL.get(hi-lo), args...)
+		res, err := tx.ExecMany(ctx, claimTasksSQL.get(hi-lo), args...)
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 		for _, c := range out[lo:hi] {
 			args = append(args, c.RunID, c.TaskID, c.Attempt, c.Queue, worker, host, c.Token, lease, at)
 		}
-		_, err := tx.ExecContext(ctx, claimRunsSQL.get(hi-lo), args...)
+		_, err := tx.ExecMany(ctx, claimRunsSQL.get(hi-lo), args...)
 		return err
 	})
 	if err != nil {
