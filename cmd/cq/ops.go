@@ -97,16 +97,9 @@ nothing.`,
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			var deadline <-chan time.Time
-			if timeout != "" {
-				d, err := queue.ParseDuration(timeout)
-				if err != nil {
-					return usageErr("--timeout: %v", err)
-				}
-				if d < 0 {
-					return usageErr("--timeout must not be negative")
-				}
-				deadline = time.After(d)
+			deadline, err := timeoutFlag(timeout)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			st, err := app.Store(ctx)

@@ -21,16 +21,9 @@ func newWaitCmd(app *App) *cobra.Command {
 interrupted by SIGINT (SIGTERM).`,
 		Args: minArgs(1, "wait needs at least one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var deadline <-chan time.Time
-			if timeout != "" {
-				d, err := queue.ParseDuration(timeout)
-				if err != nil {
-					return usageErr("--timeout: %v", err)
-				}
-				if d < 0 {
-					return usageErr("--timeout must not be negative")
-				}
-				deadline = time.After(d)
+			deadline, err := timeoutFlag(timeout)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			st, err := app.ReadStore(ctx)
@@ -87,6 +80,22 @@ interrupted by SIGINT (SIGTERM).`,
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "give up after this long (exit 124)")
 	return cmd
+}
+
+// timeoutFlag reads a --timeout flag: nil (no deadline) when it is
+// empty, else a channel that fires once it has passed.
+func timeoutFlag(timeout string) (<-chan time.Time, error) {
+	if timeout == "" {
+		return nil, nil
+	}
+	d, err := queue.ParseDuration(timeout)
+	if err != nil {
+		return nil, usageErr("--timeout: %v", err)
+	}
+	if d < 0 {
+		return nil, usageErr("--timeout must not be negative")
+	}
+	return time.After(d), nil
 }
 
 // waiter is one cq wait's view of its tasks. Each look reads only the
