@@ -89,9 +89,9 @@ func newSetStateCmd(app *App) *cobra.Command {
 		Long: `STATE todo enqueues, releases or retries the task (whichever its state
 calls for), blocked holds it, cancelled cancels it. A doing task's run is
 asked to stop, and set-state waits until its worker confirms: exit 0 once
-the task is cancelled, 3 if its run ended on its own first (or --timeout
-came first; the cancel stands). Any other refusal exits 3 and changes
-nothing.`,
+the task is cancelled, 3 if its run succeeded first and the task is done
+(or --timeout came first; the cancel stands). Any other refusal exits 3
+and changes nothing.`,
 		Args: exactArgs(2, "set-state takes a task id and a state"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkReason(reason); err != nil {
