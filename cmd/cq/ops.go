@@ -97,7 +97,7 @@ and changes nothing.`,
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			deadline, err := timeoutFlag(timeout)
+			deadline, err := timeoutFlag(cmd, timeout)
 			if err != nil {
 				return err
 			}

@@ -21,7 +21,7 @@ func newWaitCmd(app *App) *cobra.Command {
 interrupted by SIGINT (SIGTERM).`,
 		Args: minArgs(1, "wait needs at least one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			deadline, err := timeoutFlag(timeout)
+			deadline, err := timeoutFlag(cmd, timeout)
 			if err != nil {
 				return err
 			}
@@ -82,11 +82,16 @@ interrupted by SIGINT (SIGTERM).`,
 	return cmd
 }
 
-// timeoutFlag reads a --timeout flag: nil (no deadline) when it is
-// empty, else a channel that fires once it has passed.
-func timeoutFlag(timeout string) (<-chan time.Time, error) {
-	if timeout == "" {
+// timeoutFlag reads cmd's --timeout flag: nil (no deadline) when it is
+// left out, else a channel that fires once it has passed. Given empty
+// (a script's unset variable) it is bad usage, as for cq enqueue, not a
+// wait without end.
+func timeoutFlag(cmd *cobra.Command, timeout string) (<-chan time.Time, error) {
+	if !cmd.Flags().Changed("timeout") {
 		return nil, nil
+	}
+	if timeout == "" {
+		return nil, usageErr("--timeout is empty (leave it out to wait without a deadline)")
 	}
 	d, err := queue.ParseDuration(timeout)
 	if err != nil {
