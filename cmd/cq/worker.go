@@ -38,8 +38,13 @@ func newWorkerCmd(app *App) *cobra.Command {
 				{"grace", grace, &opt.Grace, 0},
 			}
 			for _, d := range durs {
-				if d.val == "" {
+				if !cmd.Flags().Changed(d.name) {
 					continue
+				}
+				if d.val == "" {
+					// A script's unset variable: --idle-exit "$IDLE" must
+					// not become a worker that never exits.
+					return usageErr("--%s is empty (leave it out for the default)", d.name)
 				}
 				v, err := queue.ParseDuration(d.val)
 				if err != nil {
