@@ -78,6 +78,17 @@ retries them with backoff, keeps their logs and reports health.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			// An empty --home or --db given on purpose is a script's unset
+			// variable: taken as left out, the command would use another
+			// store than the one meant.
+			for _, f := range []struct{ name, val, without string }{
+				{"home", app.HomeFlag, "$CQ_HOME or the default"},
+				{"db", app.DBFlag, "$CQ_DB or the home's cq.db"},
+			} {
+				if cmd.Flags().Changed(f.name) && f.val == "" {
+					return usageErr("--%s is empty (leave it out for %s)", f.name, f.without)
+				}
+			}
 			switch app.Output {
 			case "", "table", "json", "jsonl":
 			case "prometheus":
