@@ -815,6 +815,67 @@ func TestExecMany(t *testing.T) {
 	}
 }
 
+// TestBackgroundCheckpoints: with background checkpoints, the pages a
+// process commits reach the database file while the WAL is far below
+// SQLite's automatic checkpoint (which alone leaves them in the WAL);
+// after stop, commits go on and no checkpoint runs for them.
+func TestBackgroundCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	commitBlobs := func(d *db.DB, n int) {
+		t.Helper()
+		for i := range n {
+			if err := d.Write(ctx, func(tx *db.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO blobs (b) VALUES (randomblob(3000))`)
+				return err
+			}); err != nil {
+				t.Fatalf("commit %d: %v", i, err)
+			}
+		}
+	}
+	size := func(path string) int64 {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	setup := func(name string) (*db.DB, string, int64) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		d := open(t, path)
+		if _, err := d.SQL.Exec(`CREATE TABLE blobs (b BLOB); PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+			t.Fatal(err)
+		}
+		return d, path, size(path)
+	}
+
+	// Without: 200 commits of one page each stay in the WAL.
+	plain, plainPath, before := setup("plain.db")
+	commitBlobs(plain, 200)
+	if got := size(plainPath); got != before {
+		t.Fatalf("without background checkpoints the database file grew from %d to %d bytes: the check below proves nothing", before, got)
+	}
+
+	d, path, before := setup("bg.db")
+	stop, err := d.BackgroundCheckpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitBlobs(d, 200)
+	deadline := time.Now().Add(30 * time.Second)
+	for size(path) < before+100*3000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("with background checkpoints the database file is %d bytes after 200 commits of 3000 bytes (was %d)", size(path), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	commitBlobs(d, 60) // no checkpointer is told any more: nothing hangs
+}
+
 // TestChangeWatch: changed says true at first, then false until another
 // connection commits, then true once.
 func TestChangeWatch(t *testing.T) {

@@ -186,6 +186,7 @@ func besideBacklogs(b *testing.B, run func(b *testing.B, st *queue.Store, n int)
 		b.Run("backlog="+bl.name, func(b *testing.B) {
 			s := sharedStore(b, "backlog-"+bl.name, func(b *testing.B, s *shared) { s.topUp(b, bl.n) })
 			s.topUp(b, bl.n+b.N)
+			defer workerCheckpoints(b, s.d)()
 			b.ResetTimer()
 			run(b, s.st, b.N)
 			s.todo -= b.N
@@ -281,11 +282,23 @@ func BenchmarkWorkerCycle(b *testing.B) {
 		b.Run(fmt.Sprintf("slots=%d", slots), func(b *testing.B) {
 			st := benchStore(b)
 			fill(b, st, b.N, queue.Spec{})
+			defer workerCheckpoints(b, st.DB)()
 			b.ResetTimer()
 			workerCycles(b, st, b.N, slots)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 		})
 	}
+}
+
+// workerCheckpoints checkpoints d in the background, as cq worker does
+// (db.BackgroundCheckpoints), until the returned stop.
+func workerCheckpoints(b *testing.B, d *db.DB) (stop func()) {
+	b.Helper()
+	stop, err := d.BackgroundCheckpoints(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return stop
 }
 
 // workerCycles claims, starts and finishes n tasks of st with up to

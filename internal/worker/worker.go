@@ -203,6 +203,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	} else {
 		w.log.Warn("store.hold_failed", "error", err.Error())
 	}
+	// Checkpoints off the loop: an inline one held a commit, and so
+	// every slot, for its copy and two fsyncs (tens of ms on disk).
+	if stop, err := w.st.DB.BackgroundCheckpoints(ctx); err == nil {
+		defer stop()
+	} else {
+		w.log.Warn("store.checkpointer_failed", "error", err.Error())
+	}
 	// Says this worker lives: a maintenance pass kills what the runs of a
 	// worker gone with its supervisor left behind (db.WorkerGone).
 	if release, err := w.st.DB.HoldWorker(w.id); err == nil {
