@@ -424,18 +424,18 @@ func (t *Tx) Flush() error {
 	if t.n == 0 {
 		return nil
 	}
-	err := t.run(t.batch.text(t.n), t.rows)
+	err := t.Run(t.batch.text(t.n), t.rows...)
 	t.rows, t.n = t.rows[:0], 0
 	return err
 }
 
-// run runs a statement that returns no rows through the driver's query
-// path. go-sqlite3 binds an exec's arguments with one cgo call each,
+// Run runs a statement that returns no rows, and whose row count and
+// rowid are not needed, through the driver's query path. go-sqlite3 binds an exec's arguments with one cgo call each,
 // while a query's arguments (strings, integers, nil) are bound, and the
 // first step taken, in one crossing: for a statement of several hundred
 // values that is most of its cost. The first step runs the whole
 // statement; closing the rows resets it.
-func (t *Tx) run(q string, args []any) error {
+func (t *Tx) Run(q string, args ...any) error {
 	rows, err := t.c.QueryContext(t.ctx, q, args...)
 	if err != nil {
 		return err
@@ -444,11 +444,11 @@ func (t *Tx) run(q string, args []any) error {
 }
 
 // ExecMany runs a statement of many values (a multi-row INSERT, an
-// UPDATE of many ids) as run does, then reads its row count and the last
+// UPDATE of many ids) as Run does, then reads its row count and the last
 // rowid it inserted: one more query, far cheaper than binding the values
 // one cgo call each. Its Result holds the figures read at once.
 func (t *Tx) ExecMany(_ context.Context, q string, args ...any) (sql.Result, error) {
-	if err := t.run(q, args); err != nil {
+	if err := t.Run(q, args...); err != nil {
 		return nil, err
 	}
 	var r manyResult

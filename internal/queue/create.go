@@ -163,8 +163,7 @@ func (c *creator) flush(ctx context.Context) error {
 		args = append(args, t.ID, t.State, t.Queue, t.Priority, seq, t.Spec, boolInt(t.Hold),
 			nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(t.BlockedReason), todoAt)
 	}
-	_, err = c.tx.ExecMany(ctx, q.tasks, args...)
-	return err
+	return c.tx.Run(q.tasks, args...)
 }
 
 // bulkTaskArgs is how many values flush binds per task in the tasks

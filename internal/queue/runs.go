@@ -266,8 +266,7 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 		for _, c := range out[lo:hi] {
 			args = append(args, c.RunID, c.TaskID, c.Attempt, c.Queue, worker, host, c.Token, lease, at)
 		}
-		_, err := tx.ExecMany(ctx, claimRunsSQL.get(hi-lo), args...)
-		return err
+		return tx.Run(claimRunsSQL.get(hi-lo), args...)
 	})
 	if err != nil {
 		return nil, err
