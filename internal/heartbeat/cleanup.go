@@ -85,6 +85,24 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			}
 		}
 	}
+	// The deleted tasks' events, slice by slice, with the same pauses
+	// (see Store.SweepEvents). Windows a killed cleanup left are swept too.
+	for {
+		if err := ctx.Err(); err != nil {
+			return counts, err
+		}
+		began := time.Now()
+		_, more, err := st.SweepEvents(ctx)
+		if err != nil {
+			return counts, err
+		}
+		if !more {
+			break
+		}
+		if err := pause(ctx, time.Since(began)); err != nil {
+			return counts, err
+		}
+	}
 	// Freed pages go back in small steps with the same pauses, for the
 	// same reason.
 	for {

@@ -1015,6 +1015,14 @@ func TestCleanupFinishesWhatAKilledCleanupLeft(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.home, "runs", kept)); err != nil {
 		t.Errorf("the folder of a stored run was removed: %v", err)
 	}
+	// The killed cleanup's event windows were swept too.
+	var evGone, evKept int
+	if err := e.st.DB.SQL.QueryRow(`SELECT COUNT(*) FILTER (WHERE task_id = 'gone'), COUNT(*) FILTER (WHERE task_id = 'kept') FROM events`).Scan(&evGone, &evKept); err != nil {
+		t.Fatal(err)
+	}
+	if evGone != 0 || evKept == 0 {
+		t.Errorf("events after the cleanup: %d of the deleted task (want 0), %d of the kept one", evGone, evKept)
+	}
 	if _, err := os.Stat(pending); !os.IsNotExist(err) {
 		t.Errorf("the dead cleanup's pending file is still there (%v)", err)
 	}

@@ -76,7 +76,8 @@ func (s *Store) ExpiredIDs(ctx context.Context, r Retention, fn func(state, id s
 }
 
 // DeleteExpired deletes up to limit tasks in state past their retention,
-// with their runs, dependency edges and events, in one short transaction.
+// with their runs and dependency edges, in one short transaction, and
+// notes where their events are for SweepEvents to delete them.
 // It returns the deleted tasks' run ids, so the caller can remove their
 // folders, and how many tasks it deleted (0: nothing left).
 func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, limit int) (int, []string, error) {
@@ -116,15 +117,13 @@ func (s *Store) DeleteExpiredThen(ctx context.Context, state string, r Retention
 				return err
 			}
 		}
-		if err := tx.Flush(); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE task_id IN `+in, args...); err != nil {
-			return err
-		}
 		// The state is checked again: a task retried meanwhile is kept.
 		deleted, err = queryIDs(ctx, tx, sqlDeleteTasks(len(ids)), append([]any{state}, args...)...)
 		if err != nil || len(deleted) == 0 {
+			return err
+		}
+		// Their events go in SweepEvents, from the windows noted here.
+		if err := noteEventWindows(ctx, tx, now, deleted); err != nil {
 			return err
 		}
 		// Their dependents remember how they ended (see sqlDeadDependency).

@@ -270,7 +270,25 @@ func (e *mntEnv) deleteAll(r queue.Retention, limit int) (map[string]int, []stri
 			}
 		}
 	}
+	e.sweep()
 	return counts, runs
+}
+
+// sweep runs SweepEvents until no window is left.
+func (e *mntEnv) sweep() {
+	e.t.Helper()
+	for i := 0; ; i++ {
+		_, more, err := e.st.SweepEvents(e.ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !more {
+			return
+		}
+		if i > 100000 {
+			e.t.Fatal("SweepEvents never ends")
+		}
+	}
 }
 
 func (e *mntEnv) taskIDs() []string {
@@ -822,5 +840,61 @@ func TestSystemState(t *testing.T) {
 		if got, ok, err := e.st.SystemState(e.ctx, "k"); err != nil || !ok || got != v {
 			t.Errorf("k = %q %v %v, want %q", got, ok, err, v)
 		}
+	}
+}
+
+// TestCleanupSweepsOnlyTheEventsOfDeletedTasks: a deleted task's events
+// go even where other tasks' events lie between its first and its last
+// (those stay, byte for byte), and the windows to sweep are kept in the
+// store between DeleteExpired and SweepEvents, as a cleanup killed in
+// between leaves them for the next.
+func TestCleanupSweepsOnlyTheEventsOfDeletedTasks(t *testing.T) {
+	e := mntSetup(t)
+	e.add(queue.Spec{ID: "old", Queue: "term"})
+	e.add(queue.Spec{ID: "between", Queue: "other"})
+	e.add(queue.Spec{ID: "between-kept", Queue: "other"})
+	c := e.claimQ("term", "old", time.Hour)
+	e.start(c)
+	mid := e.claimQ("other", "between", time.Hour)
+	if got := e.finish(c, queue.RunSucceeded); got != queue.TaskDone {
+		t.Fatalf("old is %s, want done", got)
+	}
+	e.makeFailed("failed-old") // deleted too, in the other state's pass
+	e.clk.Set(mntT0.Add(29 * mntDay))
+	e.start(mid)
+	e.finish(mid, queue.RunSucceeded) // done, but inside retention
+	lo, hi := e.count(`SELECT MIN(seq) FROM events WHERE task_id = 'old'`), e.count(`SELECT MAX(seq) FROM events WHERE task_id = 'old'`)
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE task_id != 'old' AND seq BETWEEN ? AND ?`, lo, hi); n == 0 {
+		t.Fatal("setup: no other task's event lies inside old's window")
+	}
+	before := map[string]string{"between": e.dump("between"), "between-kept": e.dump("between-kept")}
+
+	e.clk.Set(mntT0.Add(30*mntDay + time.Millisecond))
+	for _, id := range []string{"old", "failed-old"} {
+		st := map[string]string{"old": queue.TaskDone, "failed-old": queue.TaskFailed}[id]
+		if n, _, err := e.st.DeleteExpired(e.ctx, st, queue.DefaultRetention(), 100); err != nil || n != 1 {
+			t.Fatalf("DeleteExpired(%s) = %d, %v; want 1", st, n, err)
+		}
+		if n := e.count(`SELECT COUNT(*) FROM events WHERE task_id = ?`, id); n == 0 {
+			t.Fatal("the events went with the task: nothing left for the sweep to show")
+		}
+		if w := e.str(`SELECT value FROM system_state WHERE key = 'events_sweep'`); w == "NULL" || w == "[]" {
+			t.Fatalf("no windows noted to sweep: %s", w)
+		}
+		e.sweep()
+		if n := e.count(`SELECT COUNT(*) FROM events WHERE task_id = ?`, id); n != 0 {
+			t.Errorf("%d events of deleted task %s left after the sweep", n, id)
+		}
+		if n := e.count(`SELECT COUNT(*) FROM system_state WHERE key = 'events_sweep'`); n != 0 {
+			t.Errorf("windows left after the sweep: %s", e.str(`SELECT value FROM system_state WHERE key = 'events_sweep'`))
+		}
+	}
+	for id, b := range before {
+		if a := e.dump(id); a != b {
+			t.Errorf("task %s changed by cleanup:\nbefore:\n%s\nafter:\n%s", id, b, a)
+		}
+	}
+	if n, more, err := e.st.SweepEvents(e.ctx); n != 0 || more || err != nil {
+		t.Errorf("a sweep with nothing noted = %d, %v, %v; want 0, false, nil", n, more, err)
 	}
 }

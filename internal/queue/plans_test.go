@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -197,6 +198,55 @@ func TestBatchedWritesFindRowsByID(t *testing.T) {
 		if !strings.Contains(plan, c.want) || strings.Contains(plan, "SCAN tasks") || strings.Contains(plan, "SCAN runs") ||
 			strings.Contains(plan, "tasks_state") || strings.Contains(plan, "runs_live") {
 			t.Errorf("%s does not find its rows by id:\n%s", name, plan)
+		}
+	}
+}
+
+// TestEventSweepPlans: cleanup reads a task's first and last events
+// through events_task_ends (its WHERE must repeat the index's), and the
+// sweep reads a range of seqs and looks each task up by id.
+func TestEventSweepPlans(t *testing.T) {
+	t.Parallel()
+	d := planStore(t)
+	ends := strings.Replace(sqlTaskEnds, "%s", strings.TrimSuffix(strings.Repeat("?,", 200), ","), 1)
+	if plan := boundPlan(t, d, ends); !strings.Contains(plan, "USING INDEX events_task_ends (task_id=?)") {
+		t.Errorf("the task ends query does not read events_task_ends:\n%s", plan)
+	}
+	plan := queryPlan(t, d.SQL, sqlSweepEvents, 1, 5000)
+	if !strings.Contains(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") ||
+		!strings.Contains(plan, "sqlite_autoindex_tasks_1 (id=?)") {
+		t.Errorf("the sweep does not read a range of seqs and look tasks up by id:\n%s", plan)
+	}
+}
+
+// TestMergeWindows: windows come out sorted, with those that overlap or
+// lie within sweepGap merged, empty ones dropped, and at most sweepMax
+// that still cover every window given.
+func TestMergeWindows(t *testing.T) {
+	t.Parallel()
+	got := mergeWindows([]seqWindow{{50000, 60000}, {5, 10}, {9, 20}, {20 + sweepGap, 30000}, {7, 3}, {90000, 90000}})
+	want := []seqWindow{{5, 30000}, {50000, 60000}, {90000, 90000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("mergeWindows = %v, want %v", got, want)
+	}
+	var many []seqWindow
+	for i := range int64(3 * sweepMax) {
+		lo := i * 10 * sweepGap
+		many = append(many, seqWindow{lo, lo + 1})
+	}
+	got = mergeWindows(slices.Clone(many))
+	if len(got) != sweepMax {
+		t.Fatalf("%d windows left of %d, want %d", len(got), len(many), sweepMax)
+	}
+	for _, w := range many {
+		i := slices.IndexFunc(got, func(g seqWindow) bool { return g[0] <= w[0] && w[1] <= g[1] })
+		if i < 0 {
+			t.Fatalf("window %v is not covered by %v", w, got)
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i][0] <= got[i-1][1] {
+			t.Fatalf("windows overlap or are out of order: %v", got)
 		}
 	}
 }

@@ -1,0 +1,193 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cq-dev/cq/internal/db"
+)
+
+// A cleanup deletes the events of the tasks it deletes in two steps, so
+// that no event write pays for an index of every event by its task
+// (schema.sql, migration 7). The transaction that deletes a batch of
+// tasks notes, in system_state, the window of event seqs that holds each
+// task's events: from its task.created to its last terminal event, both
+// read through events_task_ends. SweepEvents then walks the noted windows
+// a slice at a time and deletes the events in them whose task is gone.
+// The windows are kept in the store, so a cleanup killed in between
+// leaves the sweep to the next one; two cleanups at once share them.
+
+// sweepKey is the system_state key of the windows still to sweep, a JSON
+// array of [lo, hi] seq pairs, sorted and disjoint.
+const sweepKey = "events_sweep"
+
+// sqlTaskEnds reads the first and the last terminal event of each task
+// through events_task_ends: its WHERE repeats the index's word for word.
+// The last is NULL for a task with no terminal event (written into its
+// state by hand): its window then runs to the end of the log.
+const sqlTaskEnds = `SELECT task_id, MIN(seq), MAX(CASE WHEN kind != 'task.created' THEN seq END) FROM events
+	WHERE task_id IN (%s) AND (kind = 'task.created' OR kind = 'task.done' OR kind = 'task.failed' OR kind = 'task.cancelled')
+	GROUP BY task_id`
+
+// sqlSweepEvents deletes the events of tasks no longer stored among the
+// seqs ?1 to ?2 (events of no task, a queue's, stay).
+const sqlSweepEvents = `DELETE FROM events WHERE seq BETWEEN ? AND ? AND task_id IS NOT NULL
+	AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.id = events.task_id)`
+
+// SweepSlice bounds the seqs one SweepEvents transaction looks at: a few
+// milliseconds of the write lock.
+const SweepSlice = 5000
+
+// sweepGap is how far apart two windows may be and still be noted as
+// one: the events between them are read for nothing, but the list stays
+// short when a batch's tasks are spread over the log. sweepMax bounds the
+// list; past it, the two closest windows merge.
+const (
+	sweepGap = 2000
+	sweepMax = 256
+)
+
+type seqWindow [2]int64
+
+// noteEventWindows adds the event windows of the tasks of ids, just
+// deleted, to the windows still to sweep.
+func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, ids []string) error {
+	in := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := tx.QueryContext(ctx, strings.Replace(sqlTaskEnds, "%s", in, 1), args...)
+	if err != nil {
+		return err
+	}
+	var add []seqWindow
+	found := 0
+	open := int64(0) // the lowest first seq of a task with no terminal event
+	for rows.Next() {
+		var id string
+		var lo int64
+		var hi sql.NullInt64
+		if err := rows.Scan(&id, &lo, &hi); err != nil {
+			rows.Close()
+			return err
+		}
+		found++
+		if !hi.Valid {
+			if open == 0 || lo < open {
+				open = lo
+			}
+			continue
+		}
+		add = append(add, seqWindow{lo, hi.Int64})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if found < len(ids) {
+		open = 1 // a task without task.created: its events may be anywhere
+	}
+	if open > 0 {
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&last); err != nil {
+			return err
+		}
+		add = append(add, seqWindow{open, last})
+	}
+	have, err := sweepWindows(ctx, tx)
+	if err != nil {
+		return err
+	}
+	return saveSweepWindows(ctx, tx, now, mergeWindows(append(have, add...)))
+}
+
+// sweepWindows reads the windows still to sweep. A value that does not
+// parse (written by hand) stands for the whole log.
+func sweepWindows(ctx context.Context, q querier) ([]seqWindow, error) {
+	v, ok, err := systemState(ctx, q, sweepKey)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var ws []seqWindow
+	if json.Unmarshal([]byte(v), &ws) != nil {
+		var last int64
+		if err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&last); err != nil {
+			return nil, err
+		}
+		return []seqWindow{{1, last}}, nil
+	}
+	return mergeWindows(ws), nil
+}
+
+func saveSweepWindows(ctx context.Context, tx *db.Tx, now time.Time, ws []seqWindow) error {
+	if len(ws) == 0 {
+		_, err := tx.ExecContext(ctx, `DELETE FROM system_state WHERE key = ?`, sweepKey)
+		return err
+	}
+	b, err := json.Marshal(ws)
+	if err != nil {
+		return err
+	}
+	return setSystemState(ctx, tx, now, sweepKey, string(b))
+}
+
+// mergeWindows sorts ws and merges those that overlap or lie within
+// sweepGap of each other, then the closest ones until at most sweepMax
+// are left. Empty windows (lo > hi) are dropped.
+func mergeWindows(ws []seqWindow) []seqWindow {
+	ws = slices.DeleteFunc(ws, func(w seqWindow) bool { return w[0] > w[1] })
+	slices.SortFunc(ws, func(a, b seqWindow) int { return cmp.Compare(a[0], b[0]) })
+	out := ws[:0]
+	for _, w := range ws {
+		if n := len(out); n > 0 && w[0] <= out[n-1][1]+sweepGap {
+			out[n-1][1] = max(out[n-1][1], w[1])
+			continue
+		}
+		out = append(out, w)
+	}
+	for len(out) > sweepMax {
+		best := 0
+		for i := 1; i < len(out)-1; i++ {
+			if out[i+1][0]-out[i][1] < out[best+1][0]-out[best][1] {
+				best = i
+			}
+		}
+		out[best][1] = out[best+1][1]
+		out = slices.Delete(out, best+1, best+2)
+	}
+	return out
+}
+
+// SweepEvents deletes, in one transaction, the events of deleted tasks
+// among the next SweepSlice seqs of the windows cleanup noted. It returns
+// how many events it deleted and whether windows are left to sweep.
+func (s *Store) SweepEvents(ctx context.Context) (int, bool, error) {
+	var n int
+	var more bool
+	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+		n, more = 0, false
+		ws, err := sweepWindows(ctx, tx)
+		if err != nil || len(ws) == 0 {
+			return err
+		}
+		lo, hi := ws[0][0], min(ws[0][1], ws[0][0]+SweepSlice-1)
+		res, err := tx.ExecContext(ctx, sqlSweepEvents, lo, hi)
+		if err != nil {
+			return err
+		}
+		d, _ := res.RowsAffected()
+		n = int(d)
+		if ws[0][0] = hi + 1; ws[0][0] > ws[0][1] {
+			ws = ws[1:]
+		}
+		more = len(ws) > 0
+		return saveSweepWindows(ctx, tx, now, ws)
+	})
+	return n, more, err
+}
