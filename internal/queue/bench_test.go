@@ -201,8 +201,8 @@ const batchSlots = 64
 
 // BenchmarkClaimCompleteBatched is claim, start and finish of one task
 // per op as cq worker --concurrency 64 does them when its tasks end at
-// once (BenchmarkWorkerCycle's pattern: one commit records the ends of
-// the runs in flight and claims as many, the next their starts), beside
+// once (BenchmarkWorkerCycle's pattern: one commit records the starts of
+// the runs in flight, their ends, and claims as many), beside
 // the same stores and backlogs as BenchmarkClaimComplete. cycles/s is
 // the figure the claim+complete goal uses.
 func BenchmarkClaimCompleteBatched(b *testing.B) {
@@ -273,8 +273,9 @@ func claimComplete(b *testing.B, st *queue.Store, n int) {
 
 // BenchmarkWorkerCycle runs tasks the way cq worker does, with slots runs
 // in flight, in a new store holding only the tasks it runs: one
-// transaction records the ends of the runs in flight and claims as many
-// new tasks, a second records their starts. One op is one task run from
+// transaction records the starts of the runs in flight (a short task
+// ends before its start is recorded on its own, worker.startDelay),
+// their ends, and claims as many new tasks. One op is one task run from
 // claim to finish; cycles/s is tasks per second. It shows what batching
 // buys over BenchmarkClaimComplete's three transactions per task.
 func BenchmarkWorkerCycle(b *testing.B) {
@@ -302,44 +303,38 @@ func workerCheckpoints(b *testing.B, d *db.DB) (stop func()) {
 }
 
 // workerCycles claims, starts and finishes n tasks of st with up to
-// slots runs in flight, as cq worker's loop does.
+// slots runs in flight, as cq worker's loop does when its tasks end
+// before their starts are recorded on their own (worker.startDelay): one
+// transaction per cycle (Store.Cycle) records the starts of the runs in
+// flight, then their ends, then claims as many new tasks.
 func workerCycles(b *testing.B, st *queue.Store, n, slots int) {
 	b.Helper()
 	ctx := context.Background()
 	p := queue.ClaimParams{Worker: "bench", Lease: time.Minute}
 	zero := 0
-	start := func(cs []*queue.Claimed) {
-		starts := make([]queue.Start, len(cs))
-		for i, c := range cs {
-			starts[i] = queue.Start{RunID: c.RunID, Token: c.Token, Pid: 1, Pgid: 1}
-		}
-		errs, err := st.StartRuns(ctx, starts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, e := range errs {
-			if e != nil {
-				b.Fatal(e)
-			}
-		}
-	}
 	inflight, err := st.ClaimN(ctx, p, min(slots, n))
 	if err != nil {
 		b.Fatal(err)
 	}
-	start(inflight)
 	for done := 0; done < n; {
 		if len(inflight) == 0 {
 			b.Fatalf("%d of %d tasks run, and none claimed", done, n)
 		}
+		starts := make([]queue.Start, len(inflight))
 		fs := make([]queue.Finish, len(inflight))
 		for i, c := range inflight {
+			starts[i] = queue.Start{RunID: c.RunID, Token: c.Token, Pid: 1, Pgid: 1}
 			fs[i] = queue.Finish{RunID: c.RunID, Token: c.Token, Outcome: queue.Outcome{State: queue.RunSucceeded, ExitCode: &zero}}
 		}
 		done += len(fs)
-		res, err := st.FinishRuns(ctx, fs, &queue.ClaimN{Params: p, N: min(slots, max(n-done, 0))})
+		res, err := st.Cycle(ctx, starts, fs, &queue.ClaimN{Params: p, N: min(slots, max(n-done, 0))})
 		if err != nil {
 			b.Fatal(err)
+		}
+		for _, e := range res.StartErrs {
+			if e != nil {
+				b.Fatal("start:", e)
+			}
 		}
 		for _, f := range res.Finished {
 			if f.Err != nil || f.TaskState != queue.TaskDone {
@@ -347,8 +342,5 @@ func workerCycles(b *testing.B, st *queue.Store, n, slots int) {
 			}
 		}
 		inflight = res.Claimed
-		if len(inflight) > 0 {
-			start(inflight)
-		}
 	}
 }
