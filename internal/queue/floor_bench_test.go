@@ -179,6 +179,9 @@ func BenchmarkFloorClaimComplete(b *testing.B) {
 	for n := 0; n < 1000+b.N; n += floorPer {
 		f.fill(b, n, floorPer)
 	}
+	if _, err := c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		b.Fatal(err)
+	}
 	tx := func(stmts ...func() error) {
 		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 			b.Fatal(err)
@@ -302,6 +305,9 @@ func floorWorkerCycle(b *testing.B, sets bool) {
 	f := newFloorFiller(b, c, floorBare)
 	for n := 0; n < 1000+b.N+floorSlots; n += floorPer {
 		f.fill(b, n, floorPer)
+	}
+	if _, err := c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		b.Fatal(err)
 	}
 	exec := func(q string, want int, args ...any) {
 		res, err := c.ExecContext(ctx, q, args...)
