@@ -898,3 +898,50 @@ func TestCleanupSweepsOnlyTheEventsOfDeletedTasks(t *testing.T) {
 		t.Errorf("a sweep with nothing noted = %d, %v, %v; want 0, false, nil", n, more, err)
 	}
 }
+
+// TestCleanupAfterMigration7: a store written before migration 7 (every
+// event indexed by task in events_task) gets events_task_ends in its
+// place when opened, and a cleanup then deletes its old tasks' events.
+func TestCleanupAfterMigration7(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cq.db")
+	d, err := db.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &mntEnv{t: t, st: queue.New(d), clk: &mntClock{t: mntT0}, ctx: context.Background()}
+	e.st.Now = e.clk.Now
+	e.makeDone("old")
+	e.add(queue.Spec{ID: "live"})
+	// Back to version 6's index, as a store written by the cq before.
+	e.exec(`DROP INDEX events_task_ends`)
+	e.exec(`CREATE INDEX events_task ON events (task_id)`)
+	e.exec(`PRAGMA user_version = 6`)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err = db.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	e.st = queue.New(d)
+	e.st.Now = e.clk.Now
+	if got := e.ids(`SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'`); !slices.Equal(got, []string{"events_task_ends"}) {
+		t.Fatalf("indexes of events after the migration: %v, want [events_task_ends]", got)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events INDEXED BY events_task_ends WHERE task_id = 'old' AND (kind = 'task.created' OR kind = 'task.done' OR kind = 'task.failed' OR kind = 'task.cancelled')`); n != 2 {
+		t.Fatalf("old's indexed events: %d, want its task.created and task.done", n)
+	}
+	liveEvents := e.count(`SELECT COUNT(*) FROM events WHERE task_id = 'live'`)
+	e.clk.Set(mntT0.Add(31 * mntDay))
+	if got, _ := e.deleteAll(queue.DefaultRetention(), 100); got[queue.TaskDone] != 1 {
+		t.Fatalf("deleted %v, want old", got)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE task_id = 'old'`); n != 0 {
+		t.Errorf("%d events of old left after cleanup", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE task_id = 'live'`); n != liveEvents || n == 0 {
+		t.Errorf("live's events: %d after cleanup, want %d", n, liveEvents)
+	}
+}
