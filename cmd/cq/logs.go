@@ -58,6 +58,17 @@ func newLogsCmd(app *App) *cobra.Command {
 					return err
 				}
 				n, err := copyFrom(app.Stdout, path, off)
+				if errors.Is(err, os.ErrNotExist) {
+					// Nothing written yet, or a run that never started
+					// (its spawn failed, it timed out queued): no output.
+					// A started run had its folder made before its
+					// process: one gone since was deleted, and printing
+					// nothing would pass for empty output.
+					if r.StartedAt != nil && !exists(filepath.Dir(path)) {
+						return &queue.Error{Code: queue.CodeNotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + filepath.Dir(path)}
+					}
+					err = nil
+				}
 				if err != nil {
 					return err
 				}
@@ -82,12 +93,9 @@ func newLogsCmd(app *App) *cobra.Command {
 	return cmd
 }
 
-// copyFrom copies path from offset off to w; a missing file is empty.
+// copyFrom copies path from offset off to w.
 func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
 	if err != nil {
 		return 0, err
 	}
@@ -99,3 +107,10 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// exists reports whether path exists (an error other than not-existing
+// counts as existing: the caller then reads it and reports that).
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}
