@@ -85,34 +85,36 @@ func Cleanup(ctx context.Context, st *queue.Store, opt CleanupOptions) (map[stri
 			}
 		}
 	}
-	// The deleted tasks' events, slice by slice, with the same pauses
-	// (see Store.SweepEvents). Windows a killed cleanup left are swept too.
+	// The deleted tasks' events, slice by slice (see Store.SweepEvents;
+	// windows a killed cleanup left are swept too), then the freed pages
+	// back, in small steps, with the same pauses for the same reason.
+	err := inSteps(ctx, func() (bool, error) {
+		_, more, err := st.SweepEvents(ctx)
+		return more, err
+	})
+	if err == nil {
+		err = inSteps(ctx, func() (bool, error) {
+			freed, err := st.IncrementalVacuum(ctx, VacuumStep)
+			return freed > 0, err
+		})
+	}
+	return counts, err
+}
+
+// inSteps calls step, each call one short transaction, until it reports
+// nothing more to do, with a pause after each call that did something.
+func inSteps(ctx context.Context, step func() (more bool, err error)) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return counts, err
+			return err
 		}
 		began := time.Now()
-		_, more, err := st.SweepEvents(ctx)
-		if err != nil {
-			return counts, err
-		}
-		if !more {
-			break
+		more, err := step()
+		if err != nil || !more {
+			return err
 		}
 		if err := pause(ctx, time.Since(began)); err != nil {
-			return counts, err
-		}
-	}
-	// Freed pages go back in small steps with the same pauses, for the
-	// same reason.
-	for {
-		began := time.Now()
-		freed, err := st.IncrementalVacuum(ctx, VacuumStep)
-		if err != nil || freed == 0 {
-			return counts, err
-		}
-		if err := pause(ctx, time.Since(began)); err != nil {
-			return counts, err
+			return err
 		}
 	}
 }

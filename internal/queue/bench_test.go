@@ -298,10 +298,10 @@ func BenchmarkWorkerCycle(b *testing.B) {
 // untimed enqueues before a claim benchmark wrote is theirs to
 // checkpoint, not the timed cycles'.
 func checkpointed(b *testing.B, d interface {
-	Exec(q string, args ...any) (sql.Result, error)
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }) {
 	b.Helper()
-	if _, err := d.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+	if _, err := d.ExecContext(context.Background(), `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -122,16 +122,16 @@ func (s *Store) DeleteExpiredThen(ctx context.Context, state string, r Retention
 		if err != nil || len(deleted) == 0 {
 			return err
 		}
-		// Their events go in SweepEvents, from the windows noted here.
-		if err := noteEventWindows(ctx, tx, now, deleted); err != nil {
-			return err
-		}
-		// Their dependents remember how they ended (see sqlDeadDependency).
 		in = `(` + strings.TrimSuffix(strings.Repeat("?,", len(deleted)), ",") + `)`
 		args = append(args[:0], state)
 		for _, id := range deleted {
 			args = append(args, id)
 		}
+		// Their events go in SweepEvents, from the windows noted here.
+		if err := noteEventWindows(ctx, tx, now, in, args[1:]); err != nil {
+			return err
+		}
+		// Their dependents remember how they ended (see sqlDeadDependency).
 		_, err = tx.ExecContext(ctx, `UPDATE task_deps SET dep_end = ? WHERE dep_id IN `+in, args...)
 		return err
 	})

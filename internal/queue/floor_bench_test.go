@@ -179,9 +179,7 @@ func BenchmarkFloorClaimComplete(b *testing.B) {
 	for n := 0; n < 1000+b.N; n += floorPer {
 		f.fill(b, n, floorPer)
 	}
-	if _, err := c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		b.Fatal(err)
-	}
+	checkpointed(b, c)
 	tx := func(stmts ...func() error) {
 		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 			b.Fatal(err)
@@ -306,9 +304,7 @@ func floorWorkerCycle(b *testing.B, sets bool) {
 	for n := 0; n < 1000+b.N+floorSlots; n += floorPer {
 		f.fill(b, n, floorPer)
 	}
-	if _, err := c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		b.Fatal(err)
-	}
+	checkpointed(b, c)
 	exec := func(q string, want int, args ...any) {
 		res, err := c.ExecContext(ctx, q, args...)
 		if err != nil {

@@ -208,7 +208,7 @@ func TestBatchedWritesFindRowsByID(t *testing.T) {
 func TestEventSweepPlans(t *testing.T) {
 	t.Parallel()
 	d := planStore(t)
-	ends := strings.Replace(sqlTaskEnds, "%s", strings.TrimSuffix(strings.Repeat("?,", 200), ","), 1)
+	ends := strings.Replace(sqlTaskEnds, "%s", "("+strings.TrimSuffix(strings.Repeat("?,", 200), ",")+")", 1)
 	if plan := boundPlan(t, d, ends); !strings.Contains(plan, "USING INDEX events_task_ends (task_id=?)") {
 		t.Errorf("the task ends query does not read events_task_ends:\n%s", plan)
 	}

@@ -212,8 +212,8 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 	end := min(after+clearWindow, upto)
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		cancelled, next = nil, 0
-		var seq0 int64
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq0); err != nil {
+		seq0, err := lastSeq(ctx, tx)
+		if err != nil {
 			return err
 		}
 		// +queue, +state: read by rowid, never through tasks_state.

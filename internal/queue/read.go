@@ -511,8 +511,12 @@ func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, er
 
 // LastSeq is the seq of the newest event, or 0.
 func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	return lastSeq(ctx, s.DB.SQL)
+}
+
+func lastSeq(ctx context.Context, q querier) (int64, error) {
 	var seq int64
-	err := s.DB.SQL.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq)
+	err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq)
 	return seq, err
 }
 

@@ -27,11 +27,12 @@ import (
 const sweepKey = "events_sweep"
 
 // sqlTaskEnds reads the first and the last terminal event of each task
-// through events_task_ends: its WHERE repeats the index's word for word.
-// The last is NULL for a task with no terminal event (written into its
-// state by hand): its window then runs to the end of the log.
-const sqlTaskEnds = `SELECT task_id, MIN(seq), MAX(CASE WHEN kind != 'task.created' THEN seq END) FROM events
-	WHERE task_id IN (%s) AND (kind = 'task.created' OR kind = 'task.done' OR kind = 'task.failed' OR kind = 'task.cancelled')
+// of an id list (in, with its parentheses) through events_task_ends: its
+// WHERE repeats the index's word for word. The last is NULL for a task
+// with no terminal event (written into its state by hand): its window
+// then runs to the end of the log.
+const sqlTaskEnds = `SELECT MIN(seq), MAX(CASE WHEN kind != 'task.created' THEN seq END) FROM events
+	WHERE task_id IN %s AND (kind = 'task.created' OR kind = 'task.done' OR kind = 'task.failed' OR kind = 'task.cancelled')
 	GROUP BY task_id`
 
 // sqlSweepEvents deletes the events of tasks no longer stored among the
@@ -54,15 +55,10 @@ const (
 
 type seqWindow [2]int64
 
-// noteEventWindows adds the event windows of the tasks of ids, just
-// deleted, to the windows still to sweep.
-func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, ids []string) error {
-	in := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	rows, err := tx.QueryContext(ctx, strings.Replace(sqlTaskEnds, "%s", in, 1), args...)
+// noteEventWindows adds the event windows of the tasks just deleted, ids
+// bound to the placeholders of in, to the windows still to sweep.
+func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, in string, ids []any) error {
+	rows, err := tx.QueryContext(ctx, strings.Replace(sqlTaskEnds, "%s", in, 1), ids...)
 	if err != nil {
 		return err
 	}
@@ -70,10 +66,9 @@ func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, ids []strin
 	found := 0
 	open := int64(0) // the lowest first seq of a task with no terminal event
 	for rows.Next() {
-		var id string
 		var lo int64
 		var hi sql.NullInt64
-		if err := rows.Scan(&id, &lo, &hi); err != nil {
+		if err := rows.Scan(&lo, &hi); err != nil {
 			rows.Close()
 			return err
 		}
@@ -94,8 +89,8 @@ func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, ids []strin
 		open = 1 // a task without task.created: its events may be anywhere
 	}
 	if open > 0 {
-		var last int64
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&last); err != nil {
+		last, err := lastSeq(ctx, tx)
+		if err != nil {
 			return err
 		}
 		add = append(add, seqWindow{open, last})
@@ -116,11 +111,8 @@ func sweepWindows(ctx context.Context, q querier) ([]seqWindow, error) {
 	}
 	var ws []seqWindow
 	if json.Unmarshal([]byte(v), &ws) != nil {
-		var last int64
-		if err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&last); err != nil {
-			return nil, err
-		}
-		return []seqWindow{{1, last}}, nil
+		last, err := lastSeq(ctx, q)
+		return []seqWindow{{1, last}}, err
 	}
 	return mergeWindows(ws), nil
 }
