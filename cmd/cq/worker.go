@@ -38,7 +38,11 @@ func newWorkerCmd(app *App) *cobra.Command {
 				{"grace", grace, &opt.Grace, 0},
 			}
 			for _, d := range durs {
-				if !cmd.Flags().Changed(d.name) {
+				// A flag left out is parsed from its default string, so
+				// the documented defaults (--lease 90s, --grace 10s) are
+				// the values used; only an empty default means none.
+				changed := cmd.Flags().Changed(d.name)
+				if !changed && d.val == "" {
 					continue
 				}
 				if d.val == "" {
