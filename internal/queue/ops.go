@@ -187,6 +187,8 @@ func casRun(ctx context.Context, tx *db.Tx, now time.Time, runID, taskID, from, 
 
 // Hold adds a hold to an inbox, todo or blocked task. A todo task goes to
 // blocked; the others keep their state. Holding a held task is a no-op.
+// The task's reason becomes the hold's, so cq show says why it is held;
+// a release replaces it with the release's (or none).
 func (s *Store) Hold(ctx context.Context, ref, reason string) (string, string, error) {
 	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
 		return holdTask(ctx, tx, now, t, reason)
@@ -199,9 +201,9 @@ func holdTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason 
 		if t.Hold {
 			return nil
 		}
-		return casSame(ctx, tx, now, t, "task.held", reason, `hold = 1, blocked_reason = CASE WHEN state = 'blocked' THEN 'hold' ELSE blocked_reason END`)
+		return casSame(ctx, tx, now, t, "task.held", reason, `hold = 1, blocked_reason = CASE WHEN state = 'blocked' THEN 'hold' ELSE blocked_reason END, reason = ?`, nullable(reason))
 	case TaskTodo:
-		return casTask(ctx, tx, now, t, TaskBlocked, "task.held", reason, `hold = 1, blocked_reason = 'hold', todo_at = NULL`)
+		return casTask(ctx, tx, now, t, TaskBlocked, "task.held", reason, `hold = 1, blocked_reason = 'hold', todo_at = NULL, reason = ?`, nullable(reason))
 	}
 	return refused(t, "hold")
 }
@@ -237,14 +239,14 @@ func releaseTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reas
 		return refused(t, "release")
 	}
 	if t.State == TaskInbox {
-		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0`)
+		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, reason = ?`, nullable(reason))
 	}
 	br := blockedReason(false, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
 	if br != "" {
-		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, blocked_reason = ?`, br)
+		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, blocked_reason = ?, reason = ?`, br, nullable(reason))
 	}
 	return casTask(ctx, tx, now, t, TaskTodo, "task.released", reason,
-		`hold = 0, blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now))
+		`hold = 0, blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0, reason = ?`, FormatTime(now), nullable(reason))
 }
 
 // Retry gives a task fresh retry budgets and: failed or cancelled → todo
