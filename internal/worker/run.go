@@ -56,6 +56,9 @@ type run struct {
 	// outputLost says why the run's output goes to /dev/null ("" if it
 	// goes to its log files).
 	outputLost string
+	// giveBack says the spawn failed for the worker's own want of
+	// resources: the run is released, not failed.
+	giveBack bool
 }
 
 func (r *run) renewed(t time.Time) {
@@ -239,6 +242,14 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		w.log.Warn("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg)
 		return r, &queue.Outcome{State: queue.RunFailed, Class: class, Error: msg}
 	}
+	// The worker's own want of resources is not the task's failure: the
+	// run is given back (no budget spent) and the worker claims less.
+	giveBack := func(what string, err error) (*run, *queue.Outcome) {
+		msg := what + ": " + err.Error() + " (the worker's own limit; the task was given back)"
+		w.log.Warn("run.spawn_deferred", "task", c.TaskID, "run", c.RunID, "error", msg)
+		r.giveBack = true
+		return r, &queue.Outcome{State: queue.RunCancelled, Error: msg}
+	}
 	// SPEC section 6: a failed write (disk full) does not stop the run.
 	// Output that cannot be kept goes to /dev/null, and the run's error
 	// says so; only an intent, whose payload needs the folder, fails.
@@ -254,18 +265,24 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	logFile := func(name string) (*os.File, error) {
 		if r.outputLost == "" {
 			f, err := fsutil.OpenPrivate(filepath.Join(r.dir, name), os.O_WRONLY|os.O_TRUNC)
-			if err == nil {
-				return f, nil
+			if err == nil || isResourceErr(err) {
+				return f, err
 			}
 			r.outputLost = "output lost: " + name + ": " + err.Error()
 		}
 		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	}
 	if r.stdout, err = logFile("stdout.log"); err != nil {
+		if isResourceErr(err) {
+			return giveBack("stdout", err)
+		}
 		return fail(queue.ClassTransient, "stdout: "+err.Error())
 	}
 	if r.stderr, err = logFile("stderr.log"); err != nil {
 		r.stdout.Close()
+		if isResourceErr(err) {
+			return giveBack("stderr", err)
+		}
 		return fail(queue.ClassTransient, "stderr: "+err.Error())
 	}
 	closeFiles := func() {
@@ -301,6 +318,9 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		}
 		if err := writePrivate(payload, body); err != nil {
 			closeFiles()
+			if isResourceErr(err) {
+				return giveBack("payload", err)
+			}
 			return fail(queue.ClassTransient, "payload: "+err.Error())
 		}
 		argv, stdin = []string{path}, payload
@@ -312,6 +332,9 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	if in == nil || stdin != os.DevNull {
 		if in, err = os.Open(stdin); err != nil {
 			closeFiles()
+			if isResourceErr(err) {
+				return giveBack("stdin", err)
+			}
 			return fail(queue.ClassTransient, "stdin: "+err.Error())
 		}
 		defer in.Close()
@@ -319,7 +342,15 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	cmd := w.command(argv)
 	if cmd.Err != nil {
 		closeFiles()
-		return fail(queue.ClassTransient, "spawn: "+cmd.Err.Error())
+		if isResourceErr(cmd.Err) {
+			return giveBack("spawn", cmd.Err)
+		}
+		// Not found in the worker's PATH (or not executable there): no
+		// retry would find it, so the run fails at once.
+		if errors.Is(cmd.Err, exec.ErrNotFound) {
+			return fail(queue.ClassNone, fmt.Sprintf("cannot start: command not found: %s (not in the worker's PATH)", argv[0]))
+		}
+		return fail(queue.ClassNone, "cannot start: "+cmd.Err.Error())
 	}
 	cmd.Env, cmd.Dir = env, sp.Cwd
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, r.stdout, r.stderr
@@ -339,12 +370,16 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		w.sup.del(0, c.RunID)
 		w.forgetPath(argv[0])
 		closeFiles()
+		if isResourceErr(err) {
+			return giveBack("spawn", err)
+		}
 		// The kernel gives the same error for a missing working folder as
 		// for a missing command: name the folder when it is the cause.
-		if sp.Cwd != "" {
-			if _, serr := os.Stat(sp.Cwd); serr != nil {
-				return fail(queue.ClassTransient, "spawn: working folder: "+serr.Error())
-			}
+		if msg := cwdProblem(sp.Cwd); msg != "" {
+			return fail(queue.ClassNone, "cannot start: working folder "+msg)
+		}
+		if isStartErr(err) {
+			return fail(queue.ClassNone, "cannot start: "+startErrText(cmd.Path, err))
 		}
 		return fail(queue.ClassTransient, "spawn: "+err.Error())
 	}
@@ -418,7 +453,9 @@ func (w *Worker) launch(claims []*queue.Claimed) {
 	for _, c := range claims {
 		w.inflight++
 		go func() {
+			w.spawning <- struct{}{}
 			r, o := w.spawn(c)
+			<-w.spawning
 			if o != nil {
 				w.spawnedC <- spawned{r: r, o: o}
 				return
@@ -461,8 +498,12 @@ drain:
 		w.inflight--
 		r := s.r
 		if s.o != nil {
-			failed = append(failed, ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token, Outcome: *s.o}})
+			failed = append(failed, ending{r: r, f: queue.Finish{RunID: r.c.RunID, Token: r.c.Token, Outcome: *s.o, Release: r.giveBack}})
+			if r.giveBack {
+				w.spawnsFailing()
+			}
 		} else {
+			w.spawnsSucceeding()
 			w.mu.Lock()
 			w.runs[r.c.RunID] = r
 			w.mu.Unlock()
@@ -544,7 +585,7 @@ more:
 	}
 	claimN := 0
 	if !w.stopping && ctx.Err() == nil {
-		claimN = w.opt.Concurrency - w.live()
+		claimN = w.room()
 	}
 	if len(ends) == 0 && claimN == 0 && len(w.pending) == 0 {
 		return

@@ -190,6 +190,8 @@ func (u *unhurried) Read(p []byte) (int, error) {
 // CQ_RUN_ID.
 func RunSupervisor(in io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	// It must outlive a run that takes every process the user may have.
+	reserveThreads(4)
 	runs := map[string]int{} // run id → process group (0: not known)
 	sc := bufio.NewScanner(&unhurried{r: in})
 	for sc.Scan() {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,15 @@ type Worker struct {
 	// (loop goroutine only); spawnedC carries those results (see launch).
 	inflight int
 	spawnedC chan spawned
+	// limit is how many runs the worker holds at most for now: lowered
+	// to what it holds when a spawn fails for want of resources, raised
+	// by one with each spawn that succeeds, up to Concurrency; no claim
+	// is made before spawnAfter (loop goroutine only).
+	limit        int
+	spawnAfter   time.Time
+	spawnBackoff time.Duration
+	// spawning bounds the spawns in flight (see maxSpawning).
+	spawning chan struct{}
 	// killAll, once a graceful stop's grace is over, is why every run is
 	// killed, including those adopted after that.
 	killAll string
@@ -155,6 +165,8 @@ func New(st *queue.Store, opt Options) *Worker {
 		// Concurrency of them, until its result is received.
 		spawnedC: make(chan spawned, opt.Concurrency),
 		wake:     make(chan struct{}, 1),
+		limit:    opt.Concurrency,
+		spawning: make(chan struct{}, maxSpawning),
 		environ:  runEnviron(os.Environ()),
 		paths:    map[string]pathEntry{},
 		kids:     map[int]string{},
@@ -195,6 +207,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sup = sup
 		defer w.sup.close()
 	}
+	// Before anything is spawned: see reserveThreads.
+	reserveThreads(runtime.GOMAXPROCS(0) + spareThreads)
 	w.subreaper = becomeSubreaper()
 	// Marks the store as held by a long-lived process: short commands
 	// leave the WAL to this worker's checkpoints (see db.TrimWAL).
@@ -263,7 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return w.stop()
 		}
 		drained := false
-		if w.live() < w.opt.Concurrency && !time.Now().Before(claimAfter) {
+		if w.room() > 0 && !time.Now().Before(claimAfter) {
 			claimed, err := w.fill(ctx)
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -281,7 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.log.Error("store.error", "op", "claim", "error", err.Error(), "retry_in", storeBackoff.String())
 			default:
 				storeBackoff, claimAfter = 0, time.Time{}
-				drained = !claimed || w.live() < w.opt.Concurrency
+				drained = !claimed || w.live() < w.opt.Concurrency && w.room() > 0
 			}
 		}
 		if w.live() > 0 {
@@ -295,13 +309,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Info("worker.stopped", "worker", w.id, "why", "idle (--idle-exit)")
 			return nil
 		}
-		w.watching(w.live() < w.opt.Concurrency)
+		w.watching(w.room() > 0)
 		var idle <-chan time.Time
 		if w.opt.IdleExit > 0 && w.live() == 0 {
 			idle = time.After(w.opt.IdleExit - time.Since(idleSince))
 		}
 		var retry <-chan time.Time
-		if d := time.Until(claimAfter); d > 0 {
+		next := claimAfter
+		if w.spawnAfter.After(next) {
+			next = w.spawnAfter
+		}
+		if d := time.Until(next); d > 0 {
 			retry = time.After(d)
 		}
 		var startC, dueC <-chan time.Time
@@ -367,7 +385,7 @@ func (w *Worker) fill(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	for w.live() < w.opt.Concurrency {
+	for w.room() > 0 {
 		// A read first: an idle worker's poll must not take the write lock.
 		ok, err := w.st.HasRunnable(ctx)
 		if err != nil {
@@ -376,7 +394,7 @@ func (w *Worker) fill(ctx context.Context) (bool, error) {
 		if !ok {
 			return claimed, nil
 		}
-		cs, err := w.st.ClaimN(ctx, w.claimParams(), w.opt.Concurrency-w.live())
+		cs, err := w.st.ClaimN(ctx, w.claimParams(), w.room())
 		if err != nil {
 			return claimed, err
 		}
@@ -387,6 +405,38 @@ func (w *Worker) fill(ctx context.Context) (bool, error) {
 		w.launch(cs)
 	}
 	return claimed, nil
+}
+
+// room is how many more runs the worker may claim now (loop goroutine
+// only): none while spawns are failing for want of resources and their
+// backoff lasts, else up to its current limit.
+func (w *Worker) room() int {
+	if time.Now().Before(w.spawnAfter) {
+		return 0
+	}
+	return max(min(w.limit, w.opt.Concurrency)-w.live(), 0)
+}
+
+// spawnsFailing lowers the limit to the runs the worker holds (at least
+// one, so that it keeps trying) and backs its claims off, after a spawn
+// failed for the worker's own want of resources (loop goroutine only).
+func (w *Worker) spawnsFailing() {
+	w.limit = max(w.live(), 1)
+	w.spawnBackoff = min(max(2*w.spawnBackoff, 100*time.Millisecond), 5*time.Second)
+	w.spawnAfter = time.Now().Add(w.spawnBackoff)
+	w.log.Warn("worker.throttled", "limit", w.limit, "retry_in", w.spawnBackoff.String())
+}
+
+// spawnsSucceeding raises the limit by one after a spawn succeeded, back
+// to Concurrency (loop goroutine only).
+func (w *Worker) spawnsSucceeding() {
+	w.spawnBackoff = 0
+	if w.limit < w.opt.Concurrency {
+		w.limit++
+		if w.limit == w.opt.Concurrency {
+			w.log.Info("worker.unthrottled", "limit", w.limit)
+		}
+	}
 }
 
 // claimParams says who this worker is and what it takes.
