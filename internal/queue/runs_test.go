@@ -565,6 +565,61 @@ func TestDependencyDoneReleasesAndFailureCancels(t *testing.T) {
 	}
 }
 
+// TestDependencyDoneKeepsADependentsHoldAndSchedule: when its last
+// dependency ends done, a dependent that is also held, or scheduled for
+// later, stays blocked, now for that reason; one with nothing else goes
+// to todo. The batched and the per-row ends both tell the dependents.
+func TestDependencyDoneKeepsADependentsHoldAndSchedule(t *testing.T) {
+	t.Parallel()
+	for _, perRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("perRow=%v", perRow), func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			if perRow {
+				queue.RecordPerRow(b.st)
+			}
+			a := b.enqueue(t, queue.Spec{})
+			held := b.enqueue(t, queue.Spec{After: []string{a}, Hold: true})
+			later := b.enqueue(t, queue.Spec{After: []string{a}, Delay: "1h"})
+			free := b.enqueue(t, queue.Spec{After: []string{a}})
+			c := b.claim(t)
+			if c == nil || c.TaskID != a {
+				t.Fatalf("claim = %+v, want %s", c, a)
+			}
+			if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil || st != queue.TaskDone {
+				t.Fatalf("finish = %s, %v", st, err)
+			}
+			for _, w := range []struct{ id, state, reason string }{
+				{held, queue.TaskBlocked, queue.BlockedHold},
+				{later, queue.TaskBlocked, queue.BlockedScheduled},
+				{free, queue.TaskTodo, "<nil>"},
+			} {
+				tk, err := b.st.Get(b.ctx, w.id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reason := strOr(tk.BlockedReason); tk.State != w.state || reason != w.reason {
+					t.Errorf("dependent %s is %s (%q) after its dependency is done, want %s (%q)", w.id, tk.State, reason, w.state, w.reason)
+				}
+			}
+			// Each then goes on as its own condition says.
+			if _, st, err := b.st.Release(b.ctx, held, ""); err != nil || st != queue.TaskTodo {
+				t.Fatalf("release of the held dependent = %s, %v; want todo", st, err)
+			}
+			b.clk.Add(time.Hour + time.Second)
+			if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+				t.Fatalf("promote = %d, %v; want the scheduled dependent", n, err)
+			}
+			if got := b.taskState(t, later); got != queue.TaskTodo {
+				t.Fatalf("scheduled dependent after its time: %s, want todo", got)
+			}
+		})
+	}
+}
+
 func TestClaimUsesTheLaneHeadIndex(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
