@@ -379,6 +379,27 @@ func TestReaperNeverTouchesACompletedOrRenewedRun(t *testing.T) {
 	}
 }
 
+// TestRenewExpiredLeaseRefused: a lease that has expired is not renewed,
+// even before the reaper has ended its run: the worker has lost the run
+// (it must have killed its processes by then), and the run is left for
+// the reaper as it was.
+func TestRenewExpiredLeaseRefused(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	c := b.toRunState(t, queue.RunRunning) // a 90 s lease
+	b.clk.Add(91 * time.Second)
+	before := b.snapshot(t)
+	if r, err := b.st.RenewLease(b.ctx, c.RunID, c.Token, 90*time.Second); !queue.IsConflict(err) {
+		t.Fatalf("renewal of an expired lease = %+v, %v; want a conflict", r, err)
+	}
+	if after := b.snapshot(t); after != before {
+		t.Fatal("a refused renewal changed the store")
+	}
+	if reaped, err := b.st.ReapExpired(b.ctx); err != nil || len(reaped) != 1 || reaped[0].RunID != c.RunID {
+		t.Fatalf("reap = %v, %v; want the run whose renewal was refused", reaped, err)
+	}
+}
+
 func TestRenewalSeesCancel(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
