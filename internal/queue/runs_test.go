@@ -360,6 +360,45 @@ func TestFencingRefusesEveryWriteOfAStaleWorker(t *testing.T) {
 	}
 }
 
+// TestStartRefusedByTokenAlone: the start of a run that is still queued
+// but whose lease now carries another token is refused for the token
+// (lease lost), not for the run's state, and writes nothing; the
+// holder of the new token starts it. No operation of the store hands a
+// queued run a new token (a token is written once, by the claim), so the
+// takeover is written into the store directly: this is the one case in
+// which only the token check stands between a stale worker and the run.
+func TestStartRefusedByTokenAlone(t *testing.T) {
+	t.Parallel()
+	for _, perRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("perRow=%v", perRow), func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			if perRow {
+				queue.RecordPerRow(b.st)
+			}
+			c := b.toRunState(t, queue.RunQueued)
+			const newToken = "0123456789abcdef0123456789abcdef"
+			if _, err := b.st.DB.SQL.ExecContext(b.ctx, `UPDATE runs SET lease_token = ? WHERE id = ?`, newToken, c.RunID); err != nil {
+				t.Fatal(err)
+			}
+			before := b.snapshot(t)
+			err := b.st.StartRun(b.ctx, c.RunID, c.Token, 7, 7)
+			if !queue.IsConflict(err) || !strings.Contains(err.Error(), "lease lost") {
+				t.Fatalf("start with the old token of a queued run = %v; want a conflict saying the lease was lost", err)
+			}
+			if after := b.snapshot(t); after != before {
+				t.Fatal("a start refused for its token changed the store")
+			}
+			if err := b.st.StartRun(b.ctx, c.RunID, newToken, 8, 8); err != nil {
+				t.Fatalf("start with the run's token: %v", err)
+			}
+			if got := b.runState(t, c.RunID); got != queue.RunRunning {
+				t.Fatalf("run is %s, want running", got)
+			}
+		})
+	}
+}
+
 func TestReaperNeverTouchesACompletedOrRenewedRun(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
