@@ -516,6 +516,91 @@ func TestRetryBudgetsPerClass(t *testing.T) {
 	}
 }
 
+// TestRetryGivesFreshBudgets: cq retry gives every class its whole budget
+// again, both to a task that exhausted it (failed) and to one waiting out
+// a retry backoff (blocked): its next failure is retried, not final.
+func TestRetryGivesFreshBudgets(t *testing.T) {
+	t.Parallel()
+	classes := []struct {
+		name    string
+		retries *int
+		outcome queue.Outcome
+		budget  int
+	}{
+		{"other --retries 1", exit(1), queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}, 1},
+		{"transient", nil, queue.Outcome{State: queue.RunFailed, ExitCode: exit(75), Class: queue.ClassTransient}, 3},
+		{"timeout", nil, queue.Outcome{State: queue.RunTimeout}, 1},
+	}
+	for _, tc := range classes {
+		for _, from := range []string{queue.TaskFailed, queue.TaskBlocked} {
+			t.Run(tc.name+" from "+from, func(t *testing.T) {
+				t.Parallel()
+				b := setupRuns(t)
+				id := b.enqueue(t, queue.Spec{Retries: tc.retries})
+				// runOnce claims the task, runs it to tc.outcome and
+				// returns the task's state after that failure.
+				runOnce := func() string {
+					t.Helper()
+					c := b.claim(t)
+					if c == nil || c.TaskID != id {
+						t.Fatalf("claim = %+v, want task %s (%s)", c, id, b.taskState(t, id))
+					}
+					if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+						t.Fatal(err)
+					}
+					st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, tc.outcome)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return st
+				}
+				promote := func() {
+					t.Helper()
+					b.clk.Add(2 * time.Hour)
+					if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+						t.Fatalf("promote = %d, %v", n, err)
+					}
+				}
+				// Spend the budget: every failure but the last is retried.
+				fails := tc.budget + 1
+				if from == queue.TaskBlocked {
+					fails = tc.budget
+				}
+				for i := 1; i <= fails; i++ {
+					st := runOnce()
+					want := queue.TaskBlocked
+					if i == tc.budget+1 {
+						want = queue.TaskFailed
+					}
+					if st != want {
+						t.Fatalf("after failure %d the task is %s, want %s", i, st, want)
+					}
+					if st == queue.TaskBlocked && i < fails {
+						promote()
+					}
+				}
+				if _, st, err := b.st.Retry(b.ctx, id, ""); err != nil || st != queue.TaskTodo {
+					t.Fatalf("retry from %s = %s, %v; want todo", from, st, err)
+				}
+				// The whole budget again: budget failures retried, then failed.
+				for i := 1; i <= tc.budget+1; i++ {
+					st := runOnce()
+					want := queue.TaskBlocked
+					if i == tc.budget+1 {
+						want = queue.TaskFailed
+					}
+					if st != want {
+						t.Fatalf("failure %d after cq retry left the task %s, want %s (a fresh budget of %d)", i, st, want, tc.budget)
+					}
+					if st == queue.TaskBlocked {
+						promote()
+					}
+				}
+			})
+		}
+	}
+}
+
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	if d := queue.Backoff(queue.ClassTransient, 1, 0); d != 30*time.Second {
