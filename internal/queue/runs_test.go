@@ -765,29 +765,6 @@ func TestDependencyDoneKeepsADependentsHoldAndSchedule(t *testing.T) {
 	}
 }
 
-func TestClaimUsesTheLaneHeadIndex(t *testing.T) {
-	t.Parallel()
-	b := setupRuns(t)
-	rows, err := b.st.DB.SQL.Query(`EXPLAIN QUERY PLAN SELECT id FROM tasks INDEXED BY tasks_claim
-		WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan strings.Builder
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(detail + "\n")
-	}
-	if !strings.Contains(plan.String(), "tasks_claim") || strings.Contains(plan.String(), "TEMP B-TREE") {
-		t.Fatalf("claim plan does not read tasks_claim in order:\n%s", plan.String())
-	}
-}
-
 // TestCycleStartsThenEndsThenClaims: one Cycle records the starts first
 // (so a run started and ended in the same transaction goes queued →
 // running → succeeded, in that event order), refuses a start whose run
