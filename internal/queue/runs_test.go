@@ -360,6 +360,45 @@ func TestFencingRefusesEveryWriteOfAStaleWorker(t *testing.T) {
 	}
 }
 
+// TestStartRefusedByTokenAlone: the start of a run that is still queued
+// but whose lease now carries another token is refused for the token
+// (lease lost), not for the run's state, and writes nothing; the
+// holder of the new token starts it. No operation of the store hands a
+// queued run a new token (a token is written once, by the claim), so the
+// takeover is written into the store directly: this is the one case in
+// which only the token check stands between a stale worker and the run.
+func TestStartRefusedByTokenAlone(t *testing.T) {
+	t.Parallel()
+	for _, perRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("perRow=%v", perRow), func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			if perRow {
+				queue.RecordPerRow(b.st)
+			}
+			c := b.toRunState(t, queue.RunQueued)
+			const newToken = "0123456789abcdef0123456789abcdef"
+			if _, err := b.st.DB.SQL.ExecContext(b.ctx, `UPDATE runs SET lease_token = ? WHERE id = ?`, newToken, c.RunID); err != nil {
+				t.Fatal(err)
+			}
+			before := b.snapshot(t)
+			err := b.st.StartRun(b.ctx, c.RunID, c.Token, 7, 7)
+			if !queue.IsConflict(err) || !strings.Contains(err.Error(), "lease lost") {
+				t.Fatalf("start with the old token of a queued run = %v; want a conflict saying the lease was lost", err)
+			}
+			if after := b.snapshot(t); after != before {
+				t.Fatal("a start refused for its token changed the store")
+			}
+			if err := b.st.StartRun(b.ctx, c.RunID, newToken, 8, 8); err != nil {
+				t.Fatalf("start with the run's token: %v", err)
+			}
+			if got := b.runState(t, c.RunID); got != queue.RunRunning {
+				t.Fatalf("run is %s, want running", got)
+			}
+		})
+	}
+}
+
 func TestReaperNeverTouchesACompletedOrRenewedRun(t *testing.T) {
 	t.Parallel()
 	b := setupRuns(t)
@@ -376,6 +415,27 @@ func TestReaperNeverTouchesACompletedOrRenewedRun(t *testing.T) {
 	}
 	if b.runState(t, done.RunID) != queue.RunSucceeded || b.runState(t, live.RunID) != queue.RunRunning {
 		t.Fatal("reaper changed a run it must not touch")
+	}
+}
+
+// TestRenewExpiredLeaseRefused: a lease that has expired is not renewed,
+// even before the reaper has ended its run: the worker has lost the run
+// (it must have killed its processes by then), and the run is left for
+// the reaper as it was.
+func TestRenewExpiredLeaseRefused(t *testing.T) {
+	t.Parallel()
+	b := setupRuns(t)
+	c := b.toRunState(t, queue.RunRunning) // a 90 s lease
+	b.clk.Add(91 * time.Second)
+	before := b.snapshot(t)
+	if r, err := b.st.RenewLease(b.ctx, c.RunID, c.Token, 90*time.Second); !queue.IsConflict(err) {
+		t.Fatalf("renewal of an expired lease = %+v, %v; want a conflict", r, err)
+	}
+	if after := b.snapshot(t); after != before {
+		t.Fatal("a refused renewal changed the store")
+	}
+	if reaped, err := b.st.ReapExpired(b.ctx); err != nil || len(reaped) != 1 || reaped[0].RunID != c.RunID {
+		t.Fatalf("reap = %v, %v; want the run whose renewal was refused", reaped, err)
 	}
 }
 
@@ -453,6 +513,91 @@ func TestRetryBudgetsPerClass(t *testing.T) {
 				t.Fatalf("retry = %s, %v", st, err)
 			}
 		})
+	}
+}
+
+// TestRetryGivesFreshBudgets: cq retry gives every class its whole budget
+// again, both to a task that exhausted it (failed) and to one waiting out
+// a retry backoff (blocked): its next failure is retried, not final.
+func TestRetryGivesFreshBudgets(t *testing.T) {
+	t.Parallel()
+	classes := []struct {
+		name    string
+		retries *int
+		outcome queue.Outcome
+		budget  int
+	}{
+		{"other --retries 1", exit(1), queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}, 1},
+		{"transient", nil, queue.Outcome{State: queue.RunFailed, ExitCode: exit(75), Class: queue.ClassTransient}, 3},
+		{"timeout", nil, queue.Outcome{State: queue.RunTimeout}, 1},
+	}
+	for _, tc := range classes {
+		for _, from := range []string{queue.TaskFailed, queue.TaskBlocked} {
+			t.Run(tc.name+" from "+from, func(t *testing.T) {
+				t.Parallel()
+				b := setupRuns(t)
+				id := b.enqueue(t, queue.Spec{Retries: tc.retries})
+				// runOnce claims the task, runs it to tc.outcome and
+				// returns the task's state after that failure.
+				runOnce := func() string {
+					t.Helper()
+					c := b.claim(t)
+					if c == nil || c.TaskID != id {
+						t.Fatalf("claim = %+v, want task %s (%s)", c, id, b.taskState(t, id))
+					}
+					if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+						t.Fatal(err)
+					}
+					st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, tc.outcome)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return st
+				}
+				promote := func() {
+					t.Helper()
+					b.clk.Add(2 * time.Hour)
+					if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+						t.Fatalf("promote = %d, %v", n, err)
+					}
+				}
+				// Spend the budget: every failure but the last is retried.
+				fails := tc.budget + 1
+				if from == queue.TaskBlocked {
+					fails = tc.budget
+				}
+				for i := 1; i <= fails; i++ {
+					st := runOnce()
+					want := queue.TaskBlocked
+					if i == tc.budget+1 {
+						want = queue.TaskFailed
+					}
+					if st != want {
+						t.Fatalf("after failure %d the task is %s, want %s", i, st, want)
+					}
+					if st == queue.TaskBlocked && i < fails {
+						promote()
+					}
+				}
+				if _, st, err := b.st.Retry(b.ctx, id, ""); err != nil || st != queue.TaskTodo {
+					t.Fatalf("retry from %s = %s, %v; want todo", from, st, err)
+				}
+				// The whole budget again: budget failures retried, then failed.
+				for i := 1; i <= tc.budget+1; i++ {
+					st := runOnce()
+					want := queue.TaskBlocked
+					if i == tc.budget+1 {
+						want = queue.TaskFailed
+					}
+					if st != want {
+						t.Fatalf("failure %d after cq retry left the task %s, want %s (a fresh budget of %d)", i, st, want, tc.budget)
+					}
+					if st == queue.TaskBlocked {
+						promote()
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -565,26 +710,58 @@ func TestDependencyDoneReleasesAndFailureCancels(t *testing.T) {
 	}
 }
 
-func TestClaimUsesTheLaneHeadIndex(t *testing.T) {
+// TestDependencyDoneKeepsADependentsHoldAndSchedule: when its last
+// dependency ends done, a dependent that is also held, or scheduled for
+// later, stays blocked, now for that reason; one with nothing else goes
+// to todo. The batched and the per-row ends both tell the dependents.
+func TestDependencyDoneKeepsADependentsHoldAndSchedule(t *testing.T) {
 	t.Parallel()
-	b := setupRuns(t)
-	rows, err := b.st.DB.SQL.Query(`EXPLAIN QUERY PLAN SELECT id FROM tasks INDEXED BY tasks_claim
-		WHERE queue = ? AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT 1`, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan strings.Builder
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(detail + "\n")
-	}
-	if !strings.Contains(plan.String(), "tasks_claim") || strings.Contains(plan.String(), "TEMP B-TREE") {
-		t.Fatalf("claim plan does not read tasks_claim in order:\n%s", plan.String())
+	for _, perRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("perRow=%v", perRow), func(t *testing.T) {
+			t.Parallel()
+			b := setupRuns(t)
+			if perRow {
+				queue.RecordPerRow(b.st)
+			}
+			a := b.enqueue(t, queue.Spec{})
+			held := b.enqueue(t, queue.Spec{After: []string{a}, Hold: true})
+			later := b.enqueue(t, queue.Spec{After: []string{a}, Delay: "1h"})
+			free := b.enqueue(t, queue.Spec{After: []string{a}})
+			c := b.claim(t)
+			if c == nil || c.TaskID != a {
+				t.Fatalf("claim = %+v, want %s", c, a)
+			}
+			if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunSucceeded, ExitCode: exit(0)}); err != nil || st != queue.TaskDone {
+				t.Fatalf("finish = %s, %v", st, err)
+			}
+			for _, w := range []struct{ id, state, reason string }{
+				{held, queue.TaskBlocked, queue.BlockedHold},
+				{later, queue.TaskBlocked, queue.BlockedScheduled},
+				{free, queue.TaskTodo, "<nil>"},
+			} {
+				tk, err := b.st.Get(b.ctx, w.id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reason := strOr(tk.BlockedReason); tk.State != w.state || reason != w.reason {
+					t.Errorf("dependent %s is %s (%q) after its dependency is done, want %s (%q)", w.id, tk.State, reason, w.state, w.reason)
+				}
+			}
+			// Each then goes on as its own condition says.
+			if _, st, err := b.st.Release(b.ctx, held, ""); err != nil || st != queue.TaskTodo {
+				t.Fatalf("release of the held dependent = %s, %v; want todo", st, err)
+			}
+			b.clk.Add(time.Hour + time.Second)
+			if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
+				t.Fatalf("promote = %d, %v; want the scheduled dependent", n, err)
+			}
+			if got := b.taskState(t, later); got != queue.TaskTodo {
+				t.Fatalf("scheduled dependent after its time: %s, want todo", got)
+			}
+		})
 	}
 }
 

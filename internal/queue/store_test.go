@@ -215,6 +215,19 @@ func (b *bundle) events(t *testing.T, id string) []queue.Event {
 	return evs
 }
 
+// claimOne claims the next runnable task and fails the test unless it is id.
+func (b *bundle) claimOne(t *testing.T, id string) *queue.Claimed {
+	t.Helper()
+	c, err := b.st.Claim(b.ctx, queue.ClaimParams{Worker: "w", Host: "h", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == nil || c.TaskID != id {
+		t.Fatalf("claim = %+v, want task %s", c, id)
+	}
+	return c
+}
+
 func str(p *string) string {
 	if p == nil {
 		return "<nil>"
@@ -747,6 +760,51 @@ func TestUniqueKeys(t *testing.T) {
 		}
 		b.enq(t, queue.Spec{Key: "k", Unique: true})
 	})
+
+	// A holder that a worker has claimed, or that waits blocked (a hold,
+	// a retry backoff), still holds the key: only a terminal one frees it.
+	for _, tc := range []struct {
+		name, state, reason string
+		// into moves the holder, created enqueued, into its state.
+		into func(t *testing.T, b *bundle, id string)
+	}{
+		{"holder doing", queue.TaskDoing, "", func(t *testing.T, b *bundle, id string) {
+			b.claimOne(t, id)
+		}},
+		{"holder blocked by a hold", queue.TaskBlocked, queue.BlockedHold, func(t *testing.T, b *bundle, id string) {
+			if _, _, err := b.st.Hold(b.ctx, id, ""); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"holder blocked by a retry backoff", queue.TaskBlocked, queue.BlockedRetry, func(t *testing.T, b *bundle, id string) {
+			c := b.claimOne(t, id)
+			if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: queue.RunFailed, ExitCode: exit(1)}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run("unique create is refused while the "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			one := 1
+			holder := b.enq(t, queue.Spec{Key: "k", Unique: true, Retries: &one})
+			tc.into(t, b, holder)
+			b.wantState(t, holder, tc.state, tc.reason)
+			before := b.dump(t)
+			_, err := b.st.Create(b.ctx, []queue.Spec{norm(t, queue.Spec{Key: "k", Unique: true})}, queue.CreateOptions{Enqueue: true})
+			wantCode(t, err, queue.CodeConflict, "unique create while the key's holder is "+tc.state)
+			var qe *queue.Error
+			if errors.As(err, &qe); qe.Existing != holder || qe.ExistingState != tc.state {
+				t.Fatalf("conflict names %q (%s), want the holder %s (%s)", qe.Existing, qe.ExistingState, holder, tc.state)
+			}
+			if after := b.dump(t); after != before {
+				t.Fatalf("a refused create changed the store")
+			}
+		})
+	}
 
 	t.Run("two in one batch: the second line conflicts and nothing is stored", func(t *testing.T) {
 		t.Parallel()
