@@ -35,6 +35,7 @@ func main() {
 // run executes one cq command line and returns its exit code.
 func run(args []string) int {
 	if len(args) == 1 && args[0] == worker.SupervisorArg {
+		worker.IgnoreStopSignals()
 		return worker.RunSupervisor(os.Stdin)
 	}
 	app := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}

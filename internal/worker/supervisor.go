@@ -183,13 +183,19 @@ func (u *unhurried) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// IgnoreStopSignals is the helper process's first step: only the end of
+// its stdin stops it, never a terminal's or a service manager's signal.
+// It is process-wide, so the helper's main calls it, not RunSupervisor.
+func IgnoreStopSignals() {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+}
+
 // RunSupervisor is the helper's main: it reads "+PGID RUNID" and
 // "-PGID RUNID" lines (PGID 0: the run's process is not started yet)
 // until its stdin ends, then SIGKILLs every group still recorded, and
 // every process that left its group but still carries one of those runs'
 // CQ_RUN_ID.
 func RunSupervisor(in io.Reader) int {
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	// It must outlive a run that takes every process the user may have.
 	reserveThreads(4)
 	runs := map[string]int{} // run id → process group (0: not known)

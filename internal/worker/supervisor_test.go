@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,7 +72,6 @@ func ignores(t *testing.T, pid int, sig syscall.Signal) bool {
 // its process started (process group 0) is still killed, by CQ_RUN_ID,
 // when the worker's pipe ends; a run it took back is left alone.
 func TestSupervisorKillsRunsNotYetStarted(t *testing.T) {
-	defer signal.Reset(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	_, announced := sleeper(t, "run-announced")
 	withdrawnCmd, withdrawn := sleeper(t, "run-withdrawn")
 	if ignores(t, withdrawnCmd.Process.Pid, syscall.SIGUSR1) {
@@ -89,8 +87,7 @@ func TestSupervisorKillsRunsNotYetStarted(t *testing.T) {
 	// the kernel marks a SIGKILLed process as dying of it before kill(2)
 	// returns: a later signal never changes how it ends. So a SIGUSR1 now
 	// ends the withdrawn run's process only if the supervisor spared it,
-	// with no wait that could be too short. (Not SIGTERM: RunSupervisor
-	// ignores it in this process, and later children inherit that.)
+	// with no wait that could be too short.
 	// ESRCH: the process is dead and reaped already.
 	if err := syscall.Kill(withdrawnCmd.Process.Pid, syscall.SIGUSR1); err != nil && !errors.Is(err, syscall.ESRCH) {
 		t.Fatal(err)
