@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/procs"
@@ -231,7 +232,7 @@ func (a *App) now() time.Time {
 	if a.Now != nil {
 		return a.Now()
 	}
-	return time.Now()
+	return clock.Wall()
 }
 
 func (a *App) stderrIsTerminal() bool {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
@@ -64,6 +65,7 @@ func hbSetup(t *testing.T) *hbEnv {
 	clk := &hbClock{t: hbT0}
 	st := queue.New(d)
 	st.Now = clk.Now
+	st.Boot = clock.Following(clk.Now)
 	return &hbEnv{t: t, st: st, clk: clk, ctx: context.Background(), home: home, path: path}
 }
 
@@ -830,6 +832,7 @@ func TestPassesOverlap(t *testing.T) {
 	defer d2.Close()
 	st2 := queue.New(d2)
 	st2.Now = e.clk.Now
+	st2.Boot = clock.Following(e.clk.Now)
 	var wg sync.WaitGroup
 	results := make([]heartbeat.Result, 4)
 	errs := make([]error, 4)

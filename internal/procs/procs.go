@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/cq-dev/cq/internal/clock"
 )
 
 // KillGroup SIGKILLs the process group pgid if it is still run runID's,
@@ -79,7 +81,7 @@ func bootTime() time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	return time.Now().Add(-time.Duration(up * float64(time.Second)))
+	return clock.Wall().Add(-time.Duration(up * float64(time.Second)))
 }
 
 // KillRuns SIGKILLs every process, in any process group, whose

@@ -29,6 +29,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
+		ln := s.leaseNow(now)
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
 			return err
@@ -38,8 +39,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 				continue
 			}
 			limit := time.Duration(q.StartTimeoutMS) * time.Millisecond
-			ids, err := queryIDs(ctx, tx, sqlQueuedTooLong,
-				q.Name, FormatTime(now.Add(-limit)))
+			ids, err := queryIDs(ctx, tx, sqlQueuedTooLong, append([]any{q.Name}, ln.startLateArgs(limit)...)...)
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -61,6 +62,7 @@ func mntSetup(t *testing.T) *mntEnv {
 	clk := &mntClock{t: mntT0}
 	st := queue.New(d)
 	st.Now = clk.Now
+	st.Boot = cqclock.Following(clk.Now)
 	return &mntEnv{t: t, st: st, clk: clk, ctx: context.Background()}
 }
 
@@ -910,11 +912,15 @@ func TestCleanupAfterMigration7(t *testing.T) {
 	}
 	e := &mntEnv{t: t, st: queue.New(d), clk: &mntClock{t: mntT0}, ctx: context.Background()}
 	e.st.Now = e.clk.Now
+	e.st.Boot = cqclock.Following(e.clk.Now)
 	e.makeDone("old")
 	e.add(queue.Spec{ID: "live"})
 	// Back to version 6's index, as a store written by the cq before.
 	e.exec(`DROP INDEX events_task_ends`)
 	e.exec(`CREATE INDEX events_task ON events (task_id)`)
+	for _, col := range []string{"boot_id", "claimed_ns", "lease_until_ns"} { // migration 8's
+		e.exec(`ALTER TABLE runs DROP COLUMN ` + col)
+	}
 	e.exec(`PRAGMA user_version = 6`)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
@@ -927,6 +933,7 @@ func TestCleanupAfterMigration7(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	e.st = queue.New(d)
 	e.st.Now = e.clk.Now
+	e.st.Boot = cqclock.Following(e.clk.Now)
 	if got := e.ids(`SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'`); !slices.Equal(got, []string{"events_task_ends"}) {
 		t.Fatalf("indexes of events after the migration: %v, want [events_task_ends]", got)
 	}

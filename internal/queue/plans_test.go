@@ -23,8 +23,8 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		args []any
 	}{
 		"cancelling runs": {sqlCancellingRuns, []any{"w"}},
-		"queued too long": {sqlQueuedTooLong, []any{"q", "x"}},
-		"expired leases":  {sqlExpiredLeases, []any{"x"}},
+		"queued too long": {sqlQueuedTooLong, []any{"q", "b", 1, "x"}},
+		"expired leases":  {sqlExpiredLeases, []any{"b", "x", "b", 1}},
 		"queue live":      {sqlQueueLive, []any{"q"}},
 		"live on host":    {sqlLiveRunsOnHost, []any{"h"}},
 	} {

@@ -114,7 +114,7 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 	var out []*Claimed
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		var err error
-		out, err = claimTx(ctx, tx, now, p, n)
+		out, err = claimTx(ctx, tx, s.leaseNow(now), p, n)
 		return err
 	})
 	return out, err
@@ -129,7 +129,7 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 // its next k claims. The queues' lists merge by priority, then seq, and
 // the first n are claimed with one statement for their tasks and one for
 // their runs.
-func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int) ([]*Claimed, error) {
+func claimTx(ctx context.Context, tx *db.Tx, ln leaseNow, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
 	}
@@ -164,7 +164,7 @@ func claimTx(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, n int
 	if len(heads) == 0 {
 		return nil, nil
 	}
-	return claimAll(ctx, tx, now, p, heads)
+	return claimAll(ctx, tx, ln, p, heads)
 }
 
 // claimHeadRow is a task a claim may take, and its queue's settings.
@@ -211,7 +211,8 @@ func claimHeads(ctx context.Context, tx *db.Tx, q *queueRow, limit int, out []cl
 // claimAll claims heads: each task todo → doing, and its run, queued.
 // One UPDATE moves every task (a CAS on each: all must still be todo,
 // which they are, read in this transaction); one INSERT writes the runs.
-func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, heads []claimHeadRow) ([]*Claimed, error) {
+func claimAll(ctx context.Context, tx *db.Tx, ln leaseNow, p ClaimParams, heads []claimHeadRow) ([]*Claimed, error) {
+	now := ln.wall
 	at := FormatTime(now)
 	err := inChunks(len(heads), func(lo, hi int) error {
 		args := make([]any, 0, 2+hi-lo)
@@ -232,7 +233,8 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 		return nil, err
 	}
 	out := make([]*Claimed, len(heads))
-	lease := FormatTime(now.Add(p.Lease))
+	lease, bootID, until := ln.lease(p.Lease)
+	claimed := ln.claimedAt()
 	worker, host := nullable(p.Worker), nullable(p.Host)
 	// run.queued's data, {"attempt":N,"worker":W} as json.Marshal writes
 	// a map (keys sorted), encoded here once for every claim.
@@ -262,9 +264,9 @@ func claimAll(ctx context.Context, tx *db.Tx, now time.Time, p ClaimParams, head
 		}
 	}
 	err = inChunks(len(out), func(lo, hi int) error {
-		args := make([]any, 0, 9*(hi-lo))
+		args := make([]any, 0, 12*(hi-lo))
 		for _, c := range out[lo:hi] {
-			args = append(args, c.RunID, c.TaskID, c.Attempt, c.Queue, worker, host, c.Token, lease, at)
+			args = append(args, c.RunID, c.TaskID, c.Attempt, c.Queue, worker, host, c.Token, lease, bootID, claimed, until, at)
 		}
 		return tx.Run(claimRunsSQL.get(hi-lo), args...)
 	})
@@ -330,8 +332,9 @@ var (
 			RETURNING id, COALESCE(key, ''), EXISTS (SELECT 1 FROM task_deps WHERE dep_id = tasks.id)`
 	})
 	claimRunsSQL = newSQLByCount(func(k int) string {
-		return `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token, lease_expires_at, created_at) VALUES ` +
-			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?),`, k), ",")
+		return `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token, lease_expires_at,
+			boot_id, claimed_ns, lease_until_ns, created_at) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?),`, k), ",")
 	})
 )
 
@@ -425,16 +428,29 @@ type runRow struct {
 	ID, TaskID, State, Queue, Token, Host, LeaseExpires string
 	Created, Started                                    string // started "" until running
 	Attempt, Pgid                                       int
-	// reapBefore, set by the reaper, adds "and the lease expired before
-	// this time" to the CAS.
-	reapBefore string
+	// BootID and LeaseUntil are the lease on the boot clock ("" and 0
+	// for a run judged on the wall clock).
+	BootID     string
+	LeaseUntil int64
+	// reapAt, set by the reaper, adds "and the lease expired at this
+	// instant" to the CAS.
+	reapAt *leaseNow
+}
+
+// runRowCols are the columns scanRunRow reads.
+const runRowCols = `id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
+	COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0),
+	COALESCE(boot_id,''), COALESCE(lease_until_ns,0)`
+
+// scanRunRow reads runRowCols, then more.
+func scanRunRow(sc interface{ Scan(...any) error }, r *runRow, more ...any) error {
+	return sc.Scan(append([]any{&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
+		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil}, more...)...)
 }
 
 func getRun(ctx context.Context, q querier, id string) (*runRow, error) {
 	var r runRow
-	err := q.QueryRowContext(ctx, `SELECT id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
-		COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0) FROM runs WHERE id = ?`, id).
-		Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started, &r.Attempt, &r.Pgid)
+	err := scanRunRow(q.QueryRowContext(ctx, `SELECT `+runRowCols+` FROM runs WHERE id = ?`, id), &r)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFoundf("no run %q", id)
 	}
@@ -579,9 +595,9 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 	q += ` WHERE id = ? AND state = ? AND lease_token = ?`
 	all := append([]any{to, nullable(reason)}, args...)
 	all = append(all, r.ID, r.State, r.Token)
-	if r.reapBefore != "" {
-		q += ` AND lease_expires_at < ?`
-		all = append(all, r.reapBefore)
+	if r.reapAt != nil {
+		q += ` AND ` + sqlLeaseExpired
+		all = append(all, r.reapAt.args()...)
 	}
 	res, err := tx.ExecContext(ctx, q, all...)
 	if err != nil {
@@ -606,12 +622,10 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 const (
 	liveRuns          = `(state = 'queued' OR state = 'running' OR state = 'cancelling')`
 	sqlCancellingRuns = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'cancelling' AND worker = ?`
-	sqlQueuedTooLong  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'queued' AND queue = ? AND created_at < ? LIMIT 500`
-	sqlExpiredLeases  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND lease_expires_at < ? LIMIT 500`
+	sqlQueuedTooLong  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND state = 'queued' AND queue = ? AND ` + sqlStartedLate + ` LIMIT 500`
+	sqlExpiredLeases  = `SELECT id FROM runs WHERE ` + liveRuns + ` AND ` + sqlLeaseExpired + ` LIMIT 500`
 	sqlQueueLive      = `SELECT COUNT(*) FROM runs WHERE queue = ? AND ` + liveRuns
-	sqlLiveRunsOnHost = `SELECT id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
-		COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0), COALESCE(worker,'')
-		FROM runs WHERE ` + liveRuns + ` AND host = ?`
+	sqlLiveRunsOnHost = `SELECT ` + runRowCols + `, COALESCE(worker,'') FROM runs WHERE ` + liveRuns + ` AND host = ?`
 )
 
 // LiveRun is a run not yet ended and the worker that holds it.
@@ -631,8 +645,7 @@ func (s *Store) LiveRunsOn(ctx context.Context, host string) ([]LiveRun, error) 
 	for rows.Next() {
 		var r runRow
 		var worker string
-		if err := rows.Scan(&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
-			&r.Attempt, &r.Pgid, &worker); err != nil {
+		if err := scanRunRow(rows, &r, &worker); err != nil {
 			return nil, err
 		}
 		out = append(out, LiveRun{Reaped: reaped(&r, r.State, ""), Worker: worker})
@@ -653,9 +666,10 @@ func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Du
 	var out Renewal
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		exp := now.Add(ttl)
-		rows, err := tx.QueryContext(ctx, `UPDATE runs SET lease_expires_at = ?
-			WHERE id = ? AND lease_token = ? AND `+liveRuns+` AND lease_expires_at > ?
-			RETURNING state`, FormatTime(exp), runID, token, FormatTime(now))
+		ln := s.leaseNow(now)
+		wall, bootID, until := ln.lease(ttl)
+		args := append([]any{wall, bootID, until, runID, token}, ln.args()...)
+		rows, err := tx.QueryContext(ctx, sqlRenewLease, args...)
 		if err != nil {
 			return err
 		}
@@ -681,6 +695,12 @@ func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Du
 	})
 	return out, err
 }
+
+// sqlRenewLease renews a lease on the boot clock: a renewal by a cq that
+// has none (no boot id) leaves the run to be judged on the wall clock.
+const sqlRenewLease = `UPDATE runs SET lease_expires_at = ?, boot_id = ?, lease_until_ns = ?
+	WHERE id = ? AND lease_token = ? AND ` + liveRuns + ` AND ` + sqlLeaseValid + `
+	RETURNING state`
 
 // RunState returns a run's current state (a worker polls it to notice a
 // cancel).
@@ -798,7 +818,7 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 		}
 		if claim != nil && claim.N > 0 {
 			var err error
-			res.Claimed, err = claimTx(ctx, tx, now, claim.Params, claim.N)
+			res.Claimed, err = claimTx(ctx, tx, s.leaseNow(now), claim.Params, claim.N)
 			return err
 		}
 		return nil
@@ -1213,7 +1233,8 @@ func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reape
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		out = out[:0]
-		ids, err := queryIDs(ctx, tx, sqlExpiredLeases, FormatTime(now))
+		ln := s.leaseNow(now)
+		ids, err := queryIDs(ctx, tx, sqlExpiredLeases, ln.args()...)
 		if err != nil {
 			return err
 		}
@@ -1222,10 +1243,10 @@ func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reape
 			if err != nil {
 				return err
 			}
-			if RunTerminal(r.State) || r.LeaseExpires >= FormatTime(now) {
+			if RunTerminal(r.State) || !ln.expired(r) {
 				continue
 			}
-			r.reapBefore = FormatTime(now)
+			r.reapAt = &ln
 			o := Outcome{State: RunFailed, Class: ClassTransient, Error: "lease expired (worker lost)"}
 			switch r.State {
 			case RunQueued:

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -44,6 +45,7 @@ func setupRuns(t *testing.T) *runBundle {
 	clk := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	st := queue.New(d)
 	st.Now = clk.Now
+	st.Boot = cqclock.Following(clk.Now)
 	return &runBundle{st: st, clk: clk, ctx: context.Background()}
 }
 

@@ -11,14 +11,20 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 )
 
 // Store is the task store over one database.
 type Store struct {
 	DB *db.DB
-	// Now is the clock; tests replace it to move time without waiting.
+	// Now is the wall clock, for every time a user reads or writes;
+	// tests replace it to move time without waiting.
 	Now func() time.Time
+	// Boot is the clock leases expire on and the start timeout counts on
+	// (see leaseNow); tests that move Now to expire leases move it too
+	// (clock.Following).
+	Boot func() clock.BootTime
 	// StopCancelled, when set, is called inside the transaction of a
 	// user's cancel that ends a run still queued (SPEC section 3: queued →
 	// cancelled), before it commits and so before the task's key lane is
@@ -31,9 +37,9 @@ type Store struct {
 	perRow bool
 }
 
-// New returns a Store over d using the wall clock.
+// New returns a Store over d using the host's clocks.
 func New(d *db.DB) *Store {
-	return &Store{DB: d, Now: time.Now}
+	return &Store{DB: d, Now: clock.Wall, Boot: clock.Boot}
 }
 
 func (s *Store) now() time.Time { return s.Now().UTC() }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -56,6 +57,7 @@ func setup(t *testing.T) *bundle {
 	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	st := queue.New(d)
 	st.Now = clk.Now
+	st.Boot = cqclock.Following(clk.Now)
 	return &bundle{ctx: context.Background(), st: st, home: home, clock: clk}
 }
 
