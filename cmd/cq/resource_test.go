@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -120,7 +121,8 @@ func (e *limitedEnv) bash(t *testing.T, timeout time.Duration, script string) (s
 	if ctx.Err() != nil {
 		t.Fatalf("bash -c %q did not end within %v; stderr:\n%s", script, timeout, errb.String())
 	}
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("bash -c %q: %v", script, err)
@@ -163,7 +165,8 @@ func (p *limitedProc) wait(t *testing.T, timeout time.Duration) (int, string) {
 	select {
 	case err := <-p.done:
 		p.done <- err
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			return ee.ExitCode(), p.errb.String()
 		} else if err != nil {
 			t.Fatal(err)

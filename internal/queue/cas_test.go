@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
 )
 
@@ -29,6 +30,7 @@ func casSetup(t *testing.T) *casEnv {
 	t.Cleanup(func() { d.Close() })
 	e := &casEnv{t: t, ctx: context.Background(), st: New(d), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	e.st.Now = func() time.Time { return e.now }
+	e.st.Boot = clock.Following(e.st.Now)
 	return e
 }
 
@@ -222,9 +224,11 @@ func TestLostCASChangesNothing(t *testing.T) {
 		}
 		e.now = e.now.Add(91 * time.Second)
 		stale := e.runRow(c.RunID) // running, its lease expired
-		stale.reapBefore = FormatTime(e.now)
+		ln := e.st.leaseNow(e.now)
+		stale.reapAt = &ln
 		// Renewed in time by a clock the reaper's read did not see.
-		e.exec(`UPDATE runs SET lease_expires_at = ? WHERE id = ?`, FormatTime(e.now.Add(time.Minute)), c.RunID)
+		wall, _, until := ln.lease(time.Minute)
+		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, wall, until, c.RunID)
 		e.lostCAS(c.RunID, func(tx *db.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", `ended_at = ?`, FormatTime(now))
 		})
