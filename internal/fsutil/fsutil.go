@@ -58,6 +58,8 @@ func kind(m fs.FileMode) string {
 		return "a socket"
 	case m.IsDir():
 		return "a folder"
+	case m.IsRegular():
+		return "a regular file"
 	}
 	return "not a regular file"
 }
