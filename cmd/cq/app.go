@@ -124,7 +124,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	d, err := db.Open(ctx, path)
 	if err != nil {
 		var ue *fsutil.UnsafeError
-		if errors.As(err, &ue) && ue.Path == path && !ue.Dir {
+		if errors.As(err, &ue) && ue.Path == path && ue.Link() {
 			// A link to a database elsewhere is refused, but that
 			// database itself may be used by its own path.
 			return nil, &exitErr{code: exitError, msg: ue.Error() + "; give the database's real path with --db"}

@@ -37,17 +37,22 @@ func (e *UnsafeError) Error() string {
 	return fmt.Sprintf("refusing to use %s: it is %s (%s)", e.Path, e.What, rule)
 }
 
+// Link reports whether the path is a symbolic link.
+func (e *UnsafeError) Link() bool { return e.What == linkKind }
+
 // IsUnsafe reports whether err, or an error it wraps, is an *UnsafeError.
 func IsUnsafe(err error) bool {
 	var ue *UnsafeError
 	return errors.As(err, &ue)
 }
 
+const linkKind = "a symbolic link"
+
 // kind names what a file of mode m is, for an UnsafeError.
 func kind(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
+		return linkKind
 	case m&fs.ModeNamedPipe != 0:
 		return "a FIFO"
 	case m&fs.ModeCharDevice != 0:
