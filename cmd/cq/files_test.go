@@ -350,3 +350,44 @@ func TestRejectedLineKeepsItsBytes(t *testing.T) {
 		t.Fatalf("line_base64 decodes to %q (%v), want the line's bytes %q", got, err, bad)
 	}
 }
+
+// TestOtherHomeFilesNotItsOwn: a FIFO as heartbeat.lock, as a dead
+// cleanup's cleanup-PID.pending or as a run's stdout.log blocks nothing:
+// cq heartbeat refuses its lock, cq cleanup passes the pending file by,
+// and cq logs refuses the log, each at once.
+func TestOtherHomeFilesNotItsOwn(t *testing.T) {
+	e := newCQEnv(t, 20*time.Second, false)
+	e.ok("enqueue", "--id", "t1", "--", "echo", "hello")
+	if out, errs, code := e.run("worker", "--once"); code != 0 {
+		t.Fatalf("cq worker --once: exit %d, stderr %s, stdout %q", code, errs, out)
+	}
+	if out := e.ok("logs", "t1"); out != "hello\n" {
+		t.Fatalf("cq logs t1: %q, want hello", out)
+	}
+
+	lock := filepath.Join(e.home, "heartbeat.lock")
+	_ = os.Remove(lock)
+	plant(t, e.home, "heartbeat.lock", "fifo")
+	if out, errs, code := e.run("heartbeat"); code != 1 || errs != refusal(lock, "a FIFO") {
+		t.Errorf("cq heartbeat: exit %d, stderr %q, stdout %q; want exit 1 and %q", code, errs, out, refusal(lock, "a FIFO"))
+	}
+
+	// A pid above any pid_max: that cleanup is gone.
+	plant(t, e.home, "cleanup-999999999.pending", "fifo")
+	if out, errs, code := e.run("cleanup"); code != 0 {
+		t.Errorf("cq cleanup: exit %d, stderr %q, stdout %q; want it to pass the FIFO by", code, errs, out)
+	}
+
+	var task struct{ Runs []struct{ ID string } }
+	if err := json.Unmarshal([]byte(e.ok("show", "t1", "-o", "json")), &task); err != nil || len(task.Runs) != 1 {
+		t.Fatalf("cq show t1: %+v, %v", task, err)
+	}
+	log := filepath.Join(e.home, "runs", task.Runs[0].ID, "stdout.log")
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	plant(t, filepath.Dir(log), "stdout.log", "fifo")
+	if out, errs, code := e.run("logs", "t1"); code != 1 || errs != refusal(log, "a FIFO") {
+		t.Errorf("cq logs t1: exit %d, stderr %q, stdout %q; want exit 1 and %q", code, errs, out, refusal(log, "a FIFO"))
+	}
+}
