@@ -171,11 +171,11 @@ func OwnDirExists(path string) error {
 // *UnsafeError and left untouched: not truncated, not chmod'ed, not
 // written.
 func OpenPrivate(path string, flag int) (*os.File, error) {
-	f, err := open(path, flag|os.O_CREATE, 0o600)
+	f, perm, err := open(path, flag|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if st, err := f.Stat(); err == nil && st.Mode().Perm() != 0o600 {
+	if perm != 0o600 {
 		_ = f.Chmod(0o600)
 	}
 	return f, nil
@@ -185,7 +185,8 @@ func OpenPrivate(path string, flag int) (*os.File, error) {
 // does, without creating it or changing its mode: anything but a regular
 // file is refused with an *UnsafeError.
 func OpenExisting(path string, flag int) (*os.File, error) {
-	return open(path, flag&^os.O_CREATE, 0)
+	f, _, err := open(path, flag&^os.O_CREATE, 0)
+	return f, err
 }
 
 // ReadFile is os.ReadFile for one of cq's own files: anything but a
@@ -203,41 +204,46 @@ func ReadFile(path string) ([]byte, error) {
 // opened at all, then opens it without following a symbolic link and
 // without blocking (a FIFO put there in between would block the open),
 // and checks the open descriptor once more: what the Lstat saw may have
-// been replaced in between.
-func open(path string, flag int, perm uint32) (*os.File, error) {
+// been replaced in between. It returns the file's permission bits too.
+func open(path string, flag int, perm uint32) (*os.File, os.FileMode, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if err := CheckFile(path, fi); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	fd, err := unix.Open(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
+	for err == unix.EINTR {
+		// The runtime's preemption signal can interrupt an open on a
+		// slow file system; os.OpenFile retries likewise.
+		fd, err = unix.Open(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
+	}
 	if err != nil {
 		// O_NOFOLLOW fails with ELOOP on a link, a FIFO without a reader
 		// with ENXIO, a folder opened to write with EISDIR: name what is
 		// there rather than the errno.
 		if fi, lerr := os.Lstat(path); lerr == nil {
 			if uerr := CheckFile(path, fi); uerr != nil {
-				return nil, uerr
+				return nil, 0, uerr
 			}
 		}
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, &UnsafeError{Path: path, What: kind(modeOf(st.Mode))}
+		return nil, 0, &UnsafeError{Path: path, What: kind(modeOf(st.Mode))}
 	}
 	// A regular file: blocking I/O, as os.OpenFile would give. F_SETFL
 	// sets O_APPEND and O_NONBLOCK among others, so O_APPEND is kept.
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flag&unix.O_APPEND); err != nil {
 		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
+		return nil, 0, &fs.PathError{Op: "fcntl", Path: path, Err: err}
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return os.NewFile(uintptr(fd), path), os.FileMode(st.Mode & 0o777), nil
 }
 
 // modeOf is the fs.FileMode type bits of a stat mode.
