@@ -19,8 +19,11 @@ import (
 )
 
 // UnsafeError is a path where cq expects a regular file (or a real
-// folder) of its own and finds something else: cq refuses to use it and
-// leaves it as it is.
+// folder) of its own and finds a symbolic link, a FIFO, a device or a
+// socket: something that would lead cq's writes elsewhere or block it.
+// cq refuses to use it and leaves it as it is. A folder where a file is
+// expected (or a file where a folder is) is an ordinary error instead
+// (EISDIR, ENOTDIR): nothing can be written through it.
 type UnsafeError struct {
 	Path string
 	// What it is instead, as "a symbolic link".
@@ -61,21 +64,24 @@ func kind(m fs.FileMode) string {
 		return "a block device"
 	case m&fs.ModeSocket != 0:
 		return "a socket"
-	case m.IsDir():
-		return "a folder"
-	case m.IsRegular():
-		return "a regular file"
 	}
 	return "not a regular file"
 }
 
-// CheckFile returns an *UnsafeError unless fi, the Lstat of path, is a
-// regular file.
+// CheckFile returns an error unless fi, the Lstat of path, is a regular
+// file: EISDIR for a folder, an *UnsafeError for anything else.
 func CheckFile(path string, fi fs.FileInfo) error {
-	if fi.Mode().IsRegular() {
+	return checkFile(path, fi.Mode())
+}
+
+func checkFile(path string, m fs.FileMode) error {
+	switch {
+	case m.IsRegular():
 		return nil
+	case m.IsDir():
+		return &fs.PathError{Op: "open", Path: path, Err: unix.EISDIR}
 	}
-	return &UnsafeError{Path: path, What: kind(fi.Mode())}
+	return &UnsafeError{Path: path, What: kind(m)}
 }
 
 // CheckAbsentOrFile returns an *UnsafeError when something other than a
@@ -121,8 +127,8 @@ func PrivateDir(dir string) error {
 
 // OwnDir makes sure path is a real folder, creating it 0700 (whatever
 // the umask) if it is not there; its parent must exist. A symbolic link
-// or anything else but a folder at path is refused (*UnsafeError):
-// writing through it would put cq's files, or delete them, elsewhere.
+// there is refused (*UnsafeError): writing through it would put cq's
+// files, or delete them, elsewhere; so is anything else but a folder.
 // Several processes may call it at once on the same path.
 func OwnDir(path string) error {
 	err := os.Mkdir(path, 0o700)
@@ -133,8 +139,8 @@ func OwnDir(path string) error {
 	if lerr != nil {
 		return lerr
 	}
-	if !fi.IsDir() {
-		return &UnsafeError{Path: path, What: kind(fi.Mode()), Dir: true}
+	if err := checkDir(path, fi.Mode()); err != nil {
+		return err
 	}
 	if err == nil && fi.Mode().Perm() != 0o700 {
 		// Made just now under a umask that took bits away: give them
@@ -158,18 +164,27 @@ func OwnDirExists(path string) error {
 	if err != nil {
 		return err
 	}
-	if !fi.IsDir() {
-		return &UnsafeError{Path: path, What: kind(fi.Mode()), Dir: true}
+	return checkDir(path, fi.Mode())
+}
+
+// checkDir returns an error unless m, the Lstat mode of path, is a
+// folder's: ENOTDIR for a regular file, an *UnsafeError for the rest.
+func checkDir(path string, m fs.FileMode) error {
+	switch {
+	case m.IsDir():
+		return nil
+	case m.IsRegular():
+		return &fs.PathError{Op: "mkdir", Path: path, Err: unix.ENOTDIR}
 	}
-	return nil
+	return &UnsafeError{Path: path, What: kind(m), Dir: true}
 }
 
 // OpenPrivate opens path with flag, creating it with mode 0600; a file of
 // another mode is chmod'ed to exactly 0600 (through its descriptor) so
 // the umask cannot loosen or tighten it. Anything but a regular file at
-// path (a symbolic link, a FIFO, a device, a folder) is refused with an
-// *UnsafeError and left untouched: not truncated, not chmod'ed, not
-// written.
+// path is refused and left untouched (not truncated, not chmod'ed, not
+// written): a symbolic link, a FIFO, a device with an *UnsafeError, a
+// folder with EISDIR.
 func OpenPrivate(path string, flag int) (*os.File, error) {
 	f, perm, err := open(path, flag|os.O_CREATE, 0o600)
 	if err != nil {
@@ -233,9 +248,9 @@ func open(path string, flag int, perm uint32) (*os.File, os.FileMode, error) {
 		unix.Close(fd)
 		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := checkFile(path, modeOf(st.Mode)); err != nil {
 		unix.Close(fd)
-		return nil, 0, &UnsafeError{Path: path, What: kind(modeOf(st.Mode))}
+		return nil, 0, err
 	}
 	// A regular file: blocking I/O, as os.OpenFile would give. F_SETFL
 	// sets O_APPEND and O_NONBLOCK among others, so O_APPEND is kept.
@@ -261,6 +276,8 @@ func modeOf(m uint32) fs.FileMode {
 		return fs.ModeSocket
 	case unix.S_IFDIR:
 		return fs.ModeDir
+	case unix.S_IFREG:
+		return 0
 	}
 	return fs.ModeIrregular
 }
@@ -289,8 +306,8 @@ func ChmodFile(path string, mode os.FileMode) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return &UnsafeError{Path: path, What: kind(modeOf(st.Mode))}
+	if err := checkFile(path, modeOf(st.Mode)); err != nil {
+		return err
 	}
 	err = unix.Fchmodat(fd, "", uint32(mode.Perm()), unix.AT_EMPTY_PATH)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
