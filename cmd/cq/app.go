@@ -124,6 +124,12 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	}
 	d, err := db.Open(ctx, path)
 	if err != nil {
+		var ue *fsutil.UnsafeError
+		if errors.As(err, &ue) && ue.Path == path && ue.Link() {
+			// A link to a database elsewhere is refused, but that
+			// database itself may be used by its own path.
+			return nil, &exitErr{code: exitError, msg: ue.Error() + "; give the database's real path with --db"}
+		}
 		if errors.Is(err, db.ErrFutureSchema) {
 			return nil, err
 		}
@@ -142,11 +148,13 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 		var ok bool
 		n, ok, err = s.DrainSpoolWithin(ctx, home, readDrainWait)
 		a.drainSkipped = !ok
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !fsutil.IsUnsafe(err) {
 			// A drain that cannot proceed (a full disk, a read-only
 			// store, an unreadable spool) does not stop a read: the store
 			// is readable, and the lines wait for a writing command,
-			// which reports why.
+			// which reports why. A spool, lock or rejected file that is
+			// not cq's own (a symbolic link, a FIFO) is refused by every
+			// command: no later one would drain it either.
 			a.drainSkipped, err = true, nil
 		}
 	} else {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/queue"
 	"golang.org/x/sys/unix"
 )
@@ -64,6 +65,13 @@ func report(w io.Writer, err error) {
 	var ee *exitErr
 	if errors.As(err, &ee) && ee.silent {
 		return
+	}
+	// A refused file says all there is in its own message (the path,
+	// what it is, the rule); what was being done when it was met adds
+	// nothing a user can act on.
+	var ue *fsutil.UnsafeError
+	if errors.As(err, &ue) {
+		err = ue
 	}
 	fmt.Fprintln(w, "cq: "+oneLine(err.Error()))
 }

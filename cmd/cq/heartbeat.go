@@ -6,7 +6,6 @@ import (
 
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/heartbeat"
-	"github.com/gofrs/flock"
 	"github.com/spf13/cobra"
 )
 
@@ -22,11 +21,11 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 			}
 			// Two cron passes never overlap: a second one exits 0 at once,
 			// silently (cron mails whatever a job prints).
-			lockPath := filepath.Join(home, "heartbeat.lock")
-			if err := fsutil.TouchPrivate(lockPath); err != nil {
+			lock, err := fsutil.OpenLock(filepath.Join(home, "heartbeat.lock"))
+			if err != nil {
 				return err
 			}
-			lock := flock.New(lockPath)
+			defer func() { _ = lock.Close() }()
 			ok, err := lock.TryLock()
 			if err != nil {
 				return err
@@ -34,7 +33,6 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 			if !ok {
 				return nil
 			}
-			defer func() { _ = lock.Unlock() }()
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
 )
@@ -93,9 +94,10 @@ func newLogsCmd(app *App) *cobra.Command {
 	return cmd
 }
 
-// copyFrom copies path from offset off to w.
+// copyFrom copies path from offset off to w. A log that is not a
+// regular file is refused: a FIFO there would block the read for good.
 func copyFrom(w io.Writer, path string, off int64) (int64, error) {
-	f, err := os.Open(path)
+	f, err := fsutil.OpenExisting(path, os.O_RDONLY)
 	if err != nil {
 		return 0, err
 	}

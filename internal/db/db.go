@@ -20,7 +20,6 @@ import (
 
 	cq "github.com/cq-dev/cq"
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/gofrs/flock"
 	"github.com/mattn/go-sqlite3"
 )
 
@@ -119,6 +118,15 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("empty database path")
 	}
+	// SQLite opens these files by name and follows a symbolic link at
+	// the database's own path (go-sqlite3 gives no way to pass
+	// SQLITE_OPEN_NOFOLLOW); its -wal and -shm it opens with O_NOFOLLOW,
+	// but a FIFO there would block it. So what is there is checked first.
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		if err := fsutil.CheckAbsentOrFile(p); err != nil {
+			return nil, err
+		}
+	}
 	foreign, err := createPrivate(path)
 	if err != nil {
 		return nil, err
@@ -178,8 +186,8 @@ func privateSides(path string, foreign bool) {
 		return
 	}
 	for _, side := range []string{path + "-wal", path + "-shm"} {
-		if fi, err := os.Stat(side); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() != 0o600 {
-			_ = os.Chmod(side, 0o600)
+		if fi, err := os.Lstat(side); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() != 0o600 {
+			_ = fsutil.ChmodFile(side, 0o600)
 		}
 	}
 }
@@ -189,19 +197,28 @@ func privateSides(path string, foreign bool) {
 // database file, so they end up private too, whatever the umask.
 // It reports whether an existing database file keeps another mode.
 func createPrivate(path string) (foreign bool, err error) {
+	// O_EXCL never follows a symbolic link: one at path is EEXIST.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	switch {
 	case errors.Is(err, fs.ErrExist):
-		// SQLite opens it as it is. An empty file (made by someone else,
-		// say with touch) becomes a store now, so it is made 0600 as if cq
-		// had created it: SQLite gives the -wal and -shm files the mode
-		// of the database file. A database with content keeps its mode,
-		// and its -wal and -shm are made private once open (privateSides).
-		fi, err := os.Stat(path)
-		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() == 0o600 {
+		// SQLite opens it as it is, so it must be a regular file: SQLite
+		// would write through a symbolic link, and block on a FIFO. An
+		// empty file (made by someone else, say with touch) becomes a
+		// store now, so it is made 0600 as if cq had created it: SQLite
+		// gives the -wal and -shm files the mode of the database file. A
+		// database with content keeps its mode, and its -wal and -shm are
+		// made private once open (privateSides).
+		fi, err := os.Lstat(path)
+		if err != nil {
 			return false, nil
 		}
-		if fi.Size() == 0 && os.Chmod(path, 0o600) == nil {
+		if err := fsutil.CheckFile(path, fi); err != nil {
+			return false, err
+		}
+		if fi.Mode().Perm() == 0o600 {
+			return false, nil
+		}
+		if fi.Size() == 0 && fsutil.ChmodFile(path, 0o600) == nil {
 			return false, nil
 		}
 		return true, nil
@@ -780,34 +797,28 @@ func holdersPath(dbPath string) string { return dbPath + "-holders" }
 // the holder's own checkpoints keep the WAL in bounds, so TrimWAL leaves
 // the WAL to it.
 func (d *DB) Hold() (release func(), err error) {
-	p := holdersPath(d.Path)
-	if err := fsutil.TouchPrivate(p); err != nil {
+	l, err := fsutil.OpenLock(holdersPath(d.Path))
+	if err != nil {
 		return nil, err
 	}
-	l := flock.New(p)
 	if err := l.RLock(); err != nil {
+		_ = l.Close()
 		return nil, err
 	}
-	return func() { _ = l.Unlock() }, nil
+	return func() { _ = l.Close() }, nil
 }
 
 // held reports whether some process holds the store (see Hold): its
 // -holders file exists and an exclusive flock on it cannot be had at
 // once. Unknown counts as no.
 func held(dbPath string) bool {
-	p := holdersPath(dbPath)
-	if _, err := os.Stat(p); err != nil {
-		return false
-	}
-	l := flock.New(p)
-	ok, err := l.TryLock()
+	l, err := fsutil.OpenExistingLock(holdersPath(dbPath))
 	if err != nil {
 		return false
 	}
-	if ok {
-		_ = l.Unlock()
-	}
-	return !ok
+	defer l.Close()
+	ok, err := l.TryLock()
+	return err == nil && !ok
 }
 
 // Close closes the pool. Short-lived commands may skip it: leaving the

@@ -32,7 +32,7 @@ func workerLockName(id string) string { return strings.ReplaceAll(id, "/", "_") 
 // namespace as well, so that two workers of one id (one hostname, one pid
 // number, two containers) each hold a file of their own.
 func (d *DB) HoldWorker(id string) (release func(), err error) {
-	if err := fsutil.PrivateDir(workersDir(d.Path)); err != nil {
+	if err := fsutil.OwnDir(workersDir(d.Path)); err != nil {
 		return nil, err
 	}
 	ns, _ := os.Readlink("/proc/self/ns/pid")
@@ -68,7 +68,7 @@ func (d *DB) HoldWorker(id string) (release func(), err error) {
 // that keeps its lock files by another store path) is never reported gone.
 func (d *DB) WorkerGone(id string) bool {
 	dir := workersDir(d.Path)
-	ents, err := os.ReadDir(dir)
+	ents, err := readOwnDir(dir)
 	if err != nil {
 		return false
 	}
@@ -85,7 +85,7 @@ func (d *DB) WorkerGone(id string) bool {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		f, err := fsutil.OpenExisting(p, os.O_RDWR)
 		if err != nil {
 			return false
 		}
@@ -107,13 +107,23 @@ func (d *DB) WorkerGone(id string) bool {
 	return true
 }
 
+// readOwnDir lists dir, unless it is a symbolic link (or not a folder):
+// the lock files found through a link would be another folder's, and
+// they are removed.
+func readOwnDir(dir string) ([]os.DirEntry, error) {
+	if err := fsutil.OwnDirExists(dir); err != nil {
+		return nil, err
+	}
+	return os.ReadDir(dir)
+}
+
 // samePath reports whether f is still the file at path.
 func samePath(f *os.File, path string) bool {
 	a, err := f.Stat()
 	if err != nil {
 		return false
 	}
-	b, err := os.Stat(path)
+	b, err := os.Lstat(path)
 	return err == nil && os.SameFile(a, b)
 }
 
@@ -124,7 +134,7 @@ func samePath(f *os.File, path string) bool {
 // once it has, and makes another (HoldWorker).
 func (d *DB) SweepWorkerLocks() int {
 	dir := workersDir(d.Path)
-	ents, err := os.ReadDir(dir)
+	ents, err := readOwnDir(dir)
 	if err != nil {
 		return 0
 	}
@@ -134,7 +144,7 @@ func (d *DB) SweepWorkerLocks() int {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		f, err := fsutil.OpenExisting(p, os.O_RDWR)
 		if err != nil {
 			continue
 		}

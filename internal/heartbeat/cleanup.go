@@ -203,7 +203,7 @@ func finishPending(ctx context.Context, st *queue.Store, home string) error {
 		if syscall.Kill(pid, 0) == nil {
 			continue // still running (or the pid was reused): left for later
 		}
-		b, err := os.ReadFile(f)
+		b, err := fsutil.ReadFile(f)
 		if err != nil {
 			continue
 		}
@@ -230,6 +230,11 @@ func finishPending(ctx context.Context, st *queue.Store, home string) error {
 }
 
 func removeRunFolders(home string, runIDs []string) {
+	// Through a symbolic link at runs, the folders removed would be
+	// another folder's.
+	if fsutil.OwnDirExists(filepath.Join(home, "runs")) != nil {
+		return
+	}
 	for _, id := range runIDs {
 		if id != "" {
 			dir := filepath.Join(home, "runs", id)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -53,10 +54,16 @@ const warnSteps = 1000
 // system_state.
 func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	var r Result
-	var err error
+	var err, spoolErr error
 	if opt.Home != "" {
 		if r.Drained, err = st.DrainSpool(ctx, opt.Home); err != nil {
-			return r, err
+			if !fsutil.IsUnsafe(err) {
+				return r, err
+			}
+			// A spool file that is not cq's own (a symbolic link, a
+			// FIFO) is refused until someone removes it: the rest of the
+			// pass must not wait for that. It is reported at the end.
+			spoolErr = err
 		}
 	}
 	// A lost run's processes on this host are killed inside the
@@ -142,8 +149,10 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 		return r, err
 	}
 	r.Health = h.Status
-	err = st.SetSystemState(ctx, map[string]string{"queue_length": strconv.Itoa(h.Backlog), "health": h.Status})
-	return r, err
+	if err := st.SetSystemState(ctx, map[string]string{"queue_length": strconv.Itoa(h.Backlog), "health": h.Status}); err != nil {
+		return r, err
+	}
+	return r, spoolErr
 }
 
 // killGoneWorkersRuns calls stop (the reaper's kill) for each live run of

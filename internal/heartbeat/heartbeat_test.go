@@ -1421,3 +1421,64 @@ func TestSaveSummaryMakesNoFolder(t *testing.T) {
 		t.Fatalf("summary in an existing folder: %q, %v", b, err)
 	}
 }
+
+// TestSummaryNeverWrittenThroughALink: a link at a run's summary.json, at
+// its folder or at the runs folder is not written through, by the
+// worker's write (SaveSummary) nor by a pass's (WriteSummary, which makes
+// a missing folder); the file it points at keeps its content and mode.
+func TestSummaryNeverWrittenThroughALink(t *testing.T) {
+	t.Parallel()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(victim, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []string{"summary.json", "run folder", "runs folder"} {
+		t.Run(at, func(t *testing.T) {
+			e := hbSetup(t)
+			e.add(queue.Spec{ID: "t"})
+			c := e.claim("default", "t", time.Minute)
+			e.start(c, 0)
+			e.finish(c, queue.RunSucceeded, 0)
+			rs, err := e.st.Runs(e.ctx, "t")
+			if err != nil || len(rs) != 1 {
+				t.Fatalf("runs: %v, %v", rs, err)
+			}
+			elsewhere := t.TempDir()
+			runs := filepath.Join(e.home, "runs")
+			switch at {
+			case "summary.json":
+				if err := os.MkdirAll(filepath.Join(runs, rs[0].ID), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(victim, filepath.Join(runs, rs[0].ID, "summary.json")); err != nil {
+					t.Fatal(err)
+				}
+			case "run folder":
+				if err := os.MkdirAll(runs, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(elsewhere, filepath.Join(runs, rs[0].ID)); err != nil {
+					t.Fatal(err)
+				}
+			case "runs folder":
+				if err := os.Symlink(elsewhere, runs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			heartbeat.SaveSummary(e.home, rs[0])
+			heartbeat.WriteSummary(e.ctx, e.st, e.home, "t", rs[0].ID)
+			if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me\n" {
+				t.Errorf("the link's target holds %q (%v), want it as it was", b, err)
+			}
+			if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o644 {
+				t.Errorf("the link's target's mode changed: %v (%v)", fi.Mode(), err)
+			}
+			if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+				t.Errorf("the linked folder got %d entries", len(ents))
+			}
+		})
+	}
+}

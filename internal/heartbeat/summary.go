@@ -57,11 +57,16 @@ func saveSummary(home string, r queue.Run, create bool) {
 	if err != nil {
 		return
 	}
-	dir := filepath.Join(home, "runs", r.ID)
+	// The runs folder and the run's own are cq's: a symbolic link at
+	// either is refused, or the summary would be written elsewhere.
+	runs := filepath.Join(home, "runs")
+	dir := filepath.Join(runs, r.ID)
+	check := fsutil.OwnDirExists
 	if create {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return
-		}
+		check = fsutil.OwnDir
+	}
+	if check(runs) != nil || check(dir) != nil {
+		return
 	}
 	f, err := fsutil.OpenPrivate(filepath.Join(dir, "summary.json"), os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
@@ -105,7 +110,7 @@ func WriteMissingSummaries(ctx context.Context, st *queue.Store, home string) in
 	n := 0
 	for _, r := range runs {
 		// An empty one is what a write refused by a full disk leaves.
-		if fi, err := os.Stat(filepath.Join(home, "runs", r.RunID, "summary.json")); os.IsNotExist(err) || (err == nil && fi.Size() == 0) {
+		if fi, err := os.Lstat(filepath.Join(home, "runs", r.RunID, "summary.json")); os.IsNotExist(err) || (err == nil && fi.Size() == 0) {
 			WriteSummary(ctx, st, home, r.TaskID, r.RunID)
 			n++
 		}

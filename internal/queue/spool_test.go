@@ -3,12 +3,14 @@ package queue_test
 import (
 	"bytes"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
@@ -16,10 +18,12 @@ import (
 )
 
 // rejectedEntry is one line of queue.rejected.jsonl (SPEC section 1).
+// Line holds the raw line's exact bytes, from line or from line_base64.
 type rejectedEntry struct {
-	At    string `json:"at"`
-	Error string `json:"error"`
-	Line  string `json:"line"`
+	At         string  `json:"at"`
+	Error      string  `json:"error"`
+	Line       string  `json:"line"`
+	LineBase64 *string `json:"line_base64"`
 }
 
 func (b *bundle) writeSpool(t *testing.T, data string) {
@@ -58,8 +62,10 @@ func (b *bundle) rejected(t *testing.T) []rejectedEntry {
 		if err := json.Unmarshal(ln, &fields); err != nil {
 			t.Fatalf("rejected line %q is not a JSON object: %v", ln, err)
 		}
-		if len(fields) != 3 {
-			t.Fatalf("rejected line %s: want exactly at, error, line", ln)
+		_, hasLine := fields["line"]
+		_, hasB64 := fields["line_base64"]
+		if len(fields) != 3 || hasLine == hasB64 {
+			t.Fatalf("rejected line %s: want exactly at, error, and line or line_base64", ln)
 		}
 		var e rejectedEntry
 		dec := json.NewDecoder(bytes.NewReader(ln))
@@ -72,6 +78,17 @@ func (b *bundle) rejected(t *testing.T) []rejectedEntry {
 		}
 		if e.Error == "" {
 			t.Fatalf("rejected line %s: empty error", ln)
+		}
+		if e.LineBase64 != nil {
+			raw, err := base64.StdEncoding.DecodeString(*e.LineBase64)
+			if err != nil {
+				t.Fatalf("rejected line %s: line_base64: %v", ln, err)
+			}
+			// line_base64 is for what a JSON string cannot hold.
+			if utf8.Valid(raw) {
+				t.Fatalf("rejected line %s: line_base64 for a valid UTF-8 line", ln)
+			}
+			e.Line = string(raw)
 		}
 		out = append(out, e)
 	}
@@ -175,13 +192,9 @@ func TestDrainSpoolRejects(t *testing.T) {
 		got[r.Line] = r
 	}
 	for name, l := range bad {
-		want := l
-		if name == "invalid UTF-8" {
-			// JSON strings are UTF-8: the raw line comes back with the
-			// invalid byte replaced, which is the best a JSON string can do.
-			want = strings.ToValidUTF8(l, "\uFFFD")
-		}
-		if _, ok := got[want]; !ok {
+		// Every line comes back byte for byte; the one that is not valid
+		// UTF-8 through line_base64.
+		if _, ok := got[l]; !ok {
 			t.Errorf("%s: line %q not in the rejected file (have %d entries)", name, l, len(rej))
 		}
 	}
@@ -290,7 +303,7 @@ func TestDrainSpoolHugeLines(t *testing.T) {
 		t.Fatalf("%d rejected entries, want the junk line and the torn one", len(rej))
 	}
 	lines := map[string]bool{rej[0].Line: true, rej[1].Line: true}
-	if !lines[tornHuge] || !lines[strings.ToValidUTF8(junk, "\uFFFD")] {
+	if !lines[tornHuge] || !lines[junk] {
 		t.Fatalf("rejected file does not hold the junk and torn lines intact")
 	}
 }

@@ -6,6 +6,7 @@ package spool
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,9 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/gofrs/flock"
 )
 
 // File names inside the home folder.
@@ -35,28 +36,32 @@ type Reject struct {
 	Err  string
 }
 
-// rejectedLine is the shape of queue.rejected.jsonl (SPEC section 1).
+// rejectedLine is the shape of queue.rejected.jsonl: the line as a JSON
+// string, or in base64 when it is not valid UTF-8 (a JSON string cannot
+// hold its bytes: they would come back as U+FFFD).
 type rejectedLine struct {
-	At    string `json:"at"`
-	Error string `json:"error"`
-	Line  string `json:"line"`
+	At         string  `json:"at"`
+	Error      string  `json:"error"`
+	Line       *string `json:"line,omitempty"`
+	LineBase64 *string `json:"line_base64,omitempty"`
 }
 
 // lockFile is the spool's lock file (made private if new), not yet locked.
-func lockFile(home string) (*flock.Flock, error) {
-	p := filepath.Join(home, LockName)
-	if err := fsutil.TouchPrivate(p); err != nil {
+func lockFile(home string) (*fsutil.Lock, error) {
+	l, err := fsutil.OpenLock(filepath.Join(home, LockName))
+	if err != nil {
 		return nil, fmt.Errorf("spool lock: %w", err)
 	}
-	return flock.New(p), nil
+	return l, nil
 }
 
-func lock(home string) (*flock.Flock, error) {
+func lock(home string) (*fsutil.Lock, error) {
 	l, err := lockFile(home)
 	if err != nil {
 		return nil, err
 	}
 	if err := l.Lock(); err != nil {
+		_ = l.Close()
 		return nil, fmt.Errorf("spool lock: %w", err)
 	}
 	return l, nil
@@ -71,7 +76,7 @@ func Append(home string, line []byte, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = l.Unlock() }()
+	defer func() { _ = l.Close() }()
 	f, err := fsutil.OpenPrivate(filepath.Join(home, FileName), os.O_RDWR)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
@@ -126,7 +131,15 @@ func appendRejected(home string, rejects []Reject, now time.Time) error {
 	}
 	var buf bytes.Buffer
 	for _, r := range rejects {
-		b, err := json.Marshal(rejectedLine{At: now.UTC().Format("2006-01-02T15:04:05.000Z"), Error: r.Err, Line: string(r.Line)})
+		rl := rejectedLine{At: now.UTC().Format("2006-01-02T15:04:05.000Z"), Error: r.Err}
+		if utf8.Valid(r.Line) {
+			line := string(r.Line)
+			rl.Line = &line
+		} else {
+			enc := base64.StdEncoding.EncodeToString(r.Line)
+			rl.LineBase64 = &enc
+		}
+		b, err := json.Marshal(rl)
 		if err != nil {
 			return err
 		}
@@ -145,9 +158,11 @@ func appendRejected(home string, rejects []Reject, now time.Time) error {
 }
 
 // Pending reports whether the spool has anything in it, without locking.
+// Anything but a regular file there counts: the drain refuses it, and
+// says so, instead of passing it by in silence.
 func Pending(home string) bool {
-	st, err := os.Stat(filepath.Join(home, FileName))
-	return err == nil && st.Size() > 0
+	st, err := os.Lstat(filepath.Join(home, FileName))
+	return err == nil && (st.Size() > 0 || !st.Mode().IsRegular())
 }
 
 // Drain hands every complete line of the spool to store, which must commit
@@ -164,7 +179,7 @@ func Drain(home string, now func() time.Time, store func(lines [][]byte) ([]Reje
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = l.Unlock() }()
+	defer func() { _ = l.Close() }()
 	return drainLocked(home, now, store)
 }
 
@@ -182,6 +197,7 @@ func DrainWithin(home string, now func() time.Time, wait time.Duration, store fu
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	defer func() { _ = l.Close() }()
 	ok, err := l.TryLockContext(ctx, 10*time.Millisecond)
 	if !ok {
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -189,7 +205,6 @@ func DrainWithin(home string, now func() time.Time, wait time.Duration, store fu
 		}
 		return 0, false, nil
 	}
-	defer func() { _ = l.Unlock() }()
 	n, err := drainLocked(home, now, store)
 	return n, err == nil, err
 }

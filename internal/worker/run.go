@@ -253,15 +253,16 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	// SPEC section 6: a failed write (disk full) does not stop the run.
 	// Output that cannot be kept goes to /dev/null, and the run's error
 	// says so; only an intent, whose payload needs the folder, fails.
+	// The runs folder and the run's own are cq's: a symbolic link at
+	// either is refused, or the logs would be written elsewhere.
+	dirErr := fsutil.OwnDir(filepath.Dir(r.dir))
+	if dirErr == nil {
+		dirErr = fsutil.OwnDir(r.dir)
+	}
+	if dirErr != nil {
+		r.outputLost = "output lost: run folder: " + dirErr.Error()
+	}
 	var err error
-	if err = os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		err = os.MkdirAll(r.dir, 0o700)
-	} else {
-		err = nil
-	}
-	if err != nil {
-		r.outputLost = "output lost: run folder: " + err.Error()
-	}
 	logFile := func(name string) (*os.File, error) {
 		if r.outputLost == "" {
 			f, err := fsutil.OpenPrivate(filepath.Join(r.dir, name), os.O_WRONLY|os.O_TRUNC)
@@ -316,7 +317,11 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		if len(body) == 0 {
 			body = []byte("null")
 		}
-		if err := writePrivate(payload, body); err != nil {
+		err := dirErr
+		if err == nil {
+			err = writePrivate(payload, body)
+		}
+		if err != nil {
 			closeFiles()
 			if isResourceErr(err) {
 				return giveBack("payload", err)
@@ -330,7 +335,13 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	}
 	in := w.devNull()
 	if in == nil || stdin != os.DevNull {
-		if in, err = os.Open(stdin); err != nil {
+		if stdin == os.DevNull {
+			in, err = os.Open(stdin)
+		} else {
+			// The payload cq wrote just now, in the run's own folder.
+			in, err = fsutil.OpenExisting(stdin, os.O_RDONLY)
+		}
+		if err != nil {
 			closeFiles()
 			if isResourceErr(err) {
 				return giveBack("stdin", err)

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
@@ -97,6 +98,10 @@ type Worker struct {
 	summaryDone chan struct{}
 	// stopping is set (on the loop's goroutine) once a graceful stop began.
 	stopping bool
+	// spoolRefused is the last refusal of a spool file not cq's own (a
+	// symbolic link, a FIFO) that was logged, so that it is logged once
+	// and not at every claim (loop goroutine only).
+	spoolRefused string
 	// watcher and watched are the folder watch (see watch); the loop turns
 	// it off while every slot is busy.
 	watcher *fsnotify.Watcher
@@ -380,10 +385,17 @@ func (w *Worker) live() int {
 // whether it claimed anything.
 func (w *Worker) fill(ctx context.Context) (bool, error) {
 	claimed := false
-	if w.opt.Home != "" && spool.Pending(w.opt.Home) {
-		if _, err := w.st.DrainSpool(ctx, w.opt.Home); err != nil {
-			return false, err
+	if w.opt.Home != "" {
+		var err error
+		if spool.Pending(w.opt.Home) {
+			_, err = w.st.DrainSpool(ctx, w.opt.Home)
+			if err != nil && !fsutil.IsUnsafe(err) {
+				return false, err
+			}
 		}
+		// A refused spool file stays refused until someone removes it;
+		// the tasks already stored are run meanwhile.
+		w.noteSpool(err)
 	}
 	for w.room() > 0 {
 		// A read first: an idle worker's poll must not take the write lock.
@@ -448,6 +460,11 @@ func (w *Worker) claimParams() queue.ClaimParams {
 // no cron still heals.
 func (w *Worker) maintain(ctx context.Context) {
 	r, err := heartbeat.Pass(ctx, w.st, heartbeat.Options{Home: w.opt.Home, Host: w.host})
+	if fsutil.IsUnsafe(err) {
+		// The rest of the pass ran (see heartbeat.Pass).
+		w.noteSpool(err)
+		err = nil
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("store.error", "op", "heartbeat", "error", err.Error())
@@ -456,6 +473,19 @@ func (w *Worker) maintain(ctx context.Context) {
 	}
 	if r.Reaped > 0 || r.Promoted > 0 || r.Drained > 0 {
 		w.log.Info("heartbeat", "drained", r.Drained, "reaped", r.Reaped, "killed", r.Killed, "promoted", r.Promoted)
+	}
+}
+
+// noteSpool logs a refused spool file (err, an *fsutil.UnsafeError) the
+// first time it is met, and forgets it once a drain works (err nil).
+func (w *Worker) noteSpool(err error) {
+	if err == nil {
+		w.spoolRefused = ""
+		return
+	}
+	if msg := err.Error(); msg != w.spoolRefused {
+		w.spoolRefused = msg
+		w.log.Error("spool.refused", "error", msg)
 	}
 }
 
