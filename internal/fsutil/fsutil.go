@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -321,87 +322,84 @@ func ChmodFile(path string, mode os.FileMode) error {
 	return nil
 }
 
-// Lock is an flock on one of cq's lock files, opened as OpenPrivate
-// opens files: a symbolic link, a FIFO or a device there is refused
-// rather than locked (or waited on for ever). Close releases it.
+// Lock is an flock (github.com/gofrs/flock) on one of cq's lock files,
+// checked as OpenPrivate checks files: a symbolic link, a FIFO or a
+// device there is refused rather than locked (or waited on for ever).
+// The file is opened by path again when locked, never following a link
+// and without blocking, and what was opened is checked once more.
+// Close releases it.
 type Lock struct {
-	f *os.File
+	path string
+	fl   *flock.Flock
 }
 
-// OpenLock opens (creating 0600 if needed) the lock file at path, not
-// yet locked.
+// OpenLock makes sure the lock file at path exists (creating it 0600) and
+// is a regular file; it is not yet locked.
 func OpenLock(path string) (*Lock, error) {
 	f, err := OpenPrivate(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{f: f}, nil
+	f.Close()
+	return newLock(path), nil
 }
 
-// OpenExistingLock opens the lock file at path if it is there, not yet
-// locked; a missing file is fs.ErrNotExist.
+// OpenExistingLock is OpenLock for a lock file that must be there
+// already; a missing file is fs.ErrNotExist.
 func OpenExistingLock(path string) (*Lock, error) {
 	f, err := OpenExisting(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{f: f}, nil
+	f.Close()
+	return newLock(path), nil
 }
 
-func (l *Lock) flock(how int) error {
-	rc, err := l.f.SyscallConn()
+func newLock(path string) *Lock {
+	return &Lock{path: path, fl: flock.New(path, flock.SetFlag(os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK))}
+}
+
+// held checks what the lock's file handle is, once locked: a file
+// swapped for something else since OpenLock is let go and refused.
+func (l *Lock) held(err error) error {
 	if err != nil {
 		return err
 	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			if ferr = unix.Flock(int(fd), how); ferr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
+	fi, err := l.fl.Stat()
+	if err == nil {
+		err = CheckFile(l.path, fi)
 	}
-	if ferr != nil {
-		return &fs.PathError{Op: "flock", Path: l.f.Name(), Err: ferr}
+	if err != nil {
+		_ = l.fl.Unlock()
 	}
-	return nil
+	return err
 }
 
 // Lock takes the exclusive lock, waiting for it.
-func (l *Lock) Lock() error { return l.flock(unix.LOCK_EX) }
+func (l *Lock) Lock() error { return l.held(l.fl.Lock()) }
 
 // RLock takes a shared lock, waiting for it.
-func (l *Lock) RLock() error { return l.flock(unix.LOCK_SH) }
+func (l *Lock) RLock() error { return l.held(l.fl.RLock()) }
 
 // TryLock takes the exclusive lock if it is free now, and reports
 // whether it did.
 func (l *Lock) TryLock() (bool, error) {
-	err := l.flock(unix.LOCK_EX | unix.LOCK_NB)
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return false, nil
+	ok, err := l.fl.TryLock()
+	if ok {
+		err = l.held(nil)
 	}
-	return err == nil, err
+	return ok && err == nil, err
 }
 
 // TryLockContext tries the exclusive lock every retry until it has it or
 // ctx ends (false, with ctx's error).
 func (l *Lock) TryLockContext(ctx context.Context, retry time.Duration) (bool, error) {
-	t := time.NewTicker(retry)
-	defer t.Stop()
-	for {
-		ok, err := l.TryLock()
-		if ok || err != nil {
-			return ok, err
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-t.C:
-		}
+	ok, err := l.fl.TryLockContext(ctx, retry)
+	if ok {
+		err = l.held(nil)
 	}
+	return ok && err == nil, err
 }
 
 // Close releases the lock and closes the file.
-func (l *Lock) Close() error { return l.f.Close() }
+func (l *Lock) Close() error { return l.fl.Close() }
