@@ -152,8 +152,8 @@ func (e *limitedEnv) start(t *testing.T, script string) *limitedProc {
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		p.done <- nil
+		err := <-p.done
+		p.done <- err
 	})
 	return p
 }
