@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,32 +91,7 @@ func (e *casEnv) snapshot() string {
 	e.t.Helper()
 	var sb strings.Builder
 	for _, q := range []string{`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT * FROM events ORDER BY seq`} {
-		rows, err := e.st.DB.SQL.QueryContext(e.ctx, q)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				e.t.Fatal(err)
-			}
-			for _, v := range vals {
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				fmt.Fprintf(&sb, "%v|", v)
-			}
-			sb.WriteByte('\n')
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			e.t.Fatal(err)
-		}
+		WriteRows(e.t, &sb, e.st.DB.SQL, q)
 	}
 	return sb.String()
 }

@@ -1,5 +1,47 @@
 package queue
 
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// WriteRows writes the rows q reads (with args), one line each, its
+// values ended by |: tests compare such renderings of the store before
+// and after a step that must change nothing.
+func WriteRows(t testing.TB, sb *strings.Builder, d *sql.DB, q string, args ...any) {
+	t.Helper()
+	rows, err := d.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			text := fmt.Sprint(v)
+			if b, ok := v.([]byte); ok {
+				text = string(b)
+			}
+			sb.WriteString(strings.TrimSpace(strings.ReplaceAll(text, "\n", " ")))
+			sb.WriteByte('|')
+		}
+		sb.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // RecordPerRow makes s record every start and end of a cycle with its
 // own statements (startTx, finishTx) instead of the batched UPDATEs, so
 // that tests can check the two write the same.

@@ -220,29 +220,7 @@ func (e *mntEnv) dump(id string) string {
 		`SELECT * FROM runs WHERE task_id = ? ORDER BY attempt`,
 		`SELECT * FROM events WHERE task_id = ? ORDER BY seq`,
 	} {
-		rows, err := e.st.DB.SQL.QueryContext(e.ctx, q, id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				e.t.Fatal(err)
-			}
-			for _, v := range vals {
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				fmt.Fprintf(&sb, "%v|", v)
-			}
-			sb.WriteByte('\n')
-		}
-		rows.Close()
+		queue.WriteRows(e.t, &sb, e.st.DB.SQL, q, id)
 	}
 	return sb.String()
 }

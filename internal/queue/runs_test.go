@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -101,45 +100,9 @@ func (b *runBundle) snapshot(t *testing.T) string {
 	for _, q := range []string{
 		`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT COUNT(*) FROM events`,
 	} {
-		writeRows(t, &sb, b.st.DB.SQL, q)
+		queue.WriteRows(t, &sb, b.st.DB.SQL, q)
 	}
 	return sb.String()
-}
-
-// writeRows writes the rows q reads, one line each, its values ended by |.
-func writeRows(t *testing.T, sb *strings.Builder, d *sql.DB, q string) {
-	t.Helper()
-	rows, err := d.Query(q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vals {
-			sb.WriteString(strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "\n", " ")))
-			sb.WriteByte('|')
-		}
-		sb.WriteByte('\n')
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func fmtAny(v any) string {
-	if b, ok := v.([]byte); ok {
-		return string(b)
-	}
-	return fmt.Sprint(v)
 }
 
 // toRunState puts a fresh task's run into the state from and returns the
@@ -1021,7 +984,7 @@ func batchedScenario(t *testing.T, perRow bool) string {
 		`SELECT * FROM runs ORDER BY task_id, attempt`,
 		`SELECT task_id, kind, run_id, from_state, to_state, reason, data, at FROM events ORDER BY task_id, seq`,
 	} {
-		writeRows(t, &out, b.st.DB.SQL, q)
+		queue.WriteRows(t, &out, b.st.DB.SQL, q)
 	}
 	return names.Replace(out.String())
 }
