@@ -341,3 +341,79 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestDiskFull fills, for real, the device holding the store (a small
+// tmpfs, most of it taken by a filler file) with enqueues: each one
+// either succeeds, and its task is stored, or exits 1 with one line that
+// says the device is full (not SQLite's words) and stores nothing. The
+// full store still reads; once the filler is deleted, a worker runs
+// every acknowledged task.
+func TestDiskFull(t *testing.T) {
+	t.Parallel()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	mountTmpfs(t, mnt, "8m")
+	f := newFaultHome(t, filepath.Join(mnt, "home"))
+	path := filepath.Join(f.home, "cq.db")
+	if _, errs, code := f.runFor(30*time.Second, "heartbeat"); code != 0 {
+		t.Fatalf("cq heartbeat: exit %d, stderr %q", code, errs)
+	}
+	// The filler leaves the store about 2 MiB: some dozens of enqueues.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, free-(2<<20)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Commands of 6 KB fill the store in fewer enqueues; true ignores them.
+	pad := strings.Repeat("x", 6000)
+	var acked, refused []string
+	deadline := time.Now().Add(40 * time.Second)
+	for i := 0; len(refused) < 5; i++ {
+		if time.Now().After(deadline) || i == 1000 {
+			t.Fatalf("the store never filled the device: %d enqueues acknowledged in %d tries", len(acked), i)
+		}
+		id := fmt.Sprintf("t%04d", i)
+		out, errs, code := f.runFor(30*time.Second, "enqueue", "--id", id, "--", "true", pad)
+		switch {
+		case code == 0 && strings.TrimSpace(out) == id && errs == "":
+			acked = append(acked, id)
+		case code == 1 && out == "" && strings.Count(errs, "\n") == 1 &&
+			strings.HasPrefix(errs, "cq: no space left on the device holding the store "+path) &&
+			!strings.Contains(errs, "database or disk is full"):
+			refused = append(refused, id)
+		default:
+			t.Fatalf("cq enqueue --id %s on a filling disk: exit %d, stdout %q, stderr %q; want 0 and the id, or 1 and one line saying the device is full",
+				id, code, out, errs)
+		}
+	}
+	if len(acked) == 0 {
+		t.Fatal("no enqueue was acknowledged before the device was full")
+	}
+	t.Logf("%d enqueues acknowledged, then refused: %v", len(acked), refused)
+	listed := func(args ...string) []string {
+		out, errs, code := f.runFor(30*time.Second, append([]string{"ls", "-q", "--limit", "0"}, args...)...)
+		if code != 0 || errs != "" {
+			t.Fatalf("cq ls %v: exit %d, stderr %q", args, code, errs)
+		}
+		ids := strings.Fields(out)
+		slices.Sort(ids)
+		return ids
+	}
+	// Still full: the store reads, holding exactly what was acknowledged.
+	if got := listed(); !slices.Equal(got, acked) {
+		t.Fatalf("the full store lists %d tasks %v, want the %d acknowledged %v", len(got), got, len(acked), acked)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := f.runFor(50*time.Second, "worker", "--once", "--concurrency", "4")
+	if code != 0 {
+		t.Fatalf("cq worker --once after space was freed: exit %d\nstderr:\n%s", code, errs)
+	}
+	if got := listed("--state", "done"); !slices.Equal(got, acked) {
+		t.Errorf("done after the worker: %d tasks %v, want the %d acknowledged %v", len(got), got, len(acked), acked)
+	}
+}
