@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -416,4 +418,306 @@ func TestDiskFull(t *testing.T) {
 	if got := listed("--state", "done"); !slices.Equal(got, acked) {
 		t.Errorf("done after the worker: %d tasks %v, want the %d acknowledged %v", len(got), got, len(acked), acked)
 	}
+}
+
+// TestSIGKILLStorm: producers (cq enqueue, and cq enqueue --spool) and
+// cq worker processes on one home are SIGKILLed at random moments and
+// started again, for a bounded number of rounds. Then every enqueue
+// that was acknowledged (exit 0, its id printed) names a task stored
+// exactly once, which ends done; no task ran twice at the same time (each
+// run marks its start and end in the task's file, with its CQ_RUN_ID);
+// and no process of a run, nor any other cq process, survives.
+func TestSIGKILLStorm(t *testing.T) {
+	t.Parallel()
+	e := newCQEnv(t, 60*time.Second, false)
+	marks := e.path("marks")
+	if err := os.Mkdir(marks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A lost run is retried as transient: enough budget that no task
+	// fails for having been lost many times.
+	if _, errs, code := e.run("queue", "set", "default", "--transient-retries", "1000"); code != 0 {
+		t.Fatalf("cq queue set: exit %d, stderr %q", code, errs)
+	}
+	// $0 is the marks folder and $1 how long the run lasts: no shell
+	// string is built from data. The end is marked by a grandchild, which
+	// only the kill of the run's whole process group stops: one that
+	// outlived its worker would mark an end after the next run's start.
+	const script = `echo "start $CQ_RUN_ID" >> "$0/$CQ_TASK_ID"; ` +
+		`sh -c 'sleep "$1"; echo "end $CQ_RUN_ID" >> "$0/$CQ_TASK_ID"' "$0" "$1"`
+	begin := time.Now()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var producers sync.WaitGroup
+	for p := range 3 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(p)))
+			// Bounded, and spread over the storm: every task runs for
+			// 0.2 s, and the final worker runs what the storm left.
+			for n := range 40 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Duration(rng.IntN(150)) * time.Millisecond):
+				}
+				// One task in six outlasts a lease (3 s), so that a run
+				// whose worker died could still be there when the task
+				// runs again.
+				last := "0.2"
+				if n%6 == 5 {
+					last = "4"
+				}
+				args := []string{"enqueue", "--", "sh", "-c", script, marks, last}
+				if n%2 == 1 {
+					args = append([]string{"enqueue", "--spool"}, args[1:]...)
+				}
+				out, code := stormRun(e, time.Duration(rng.IntN(150))*time.Millisecond, args...)
+				if id := strings.TrimSpace(out); code == 0 && id != "" {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	var workers sync.WaitGroup
+	for w := range 3 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(100+w)))
+			for range 4 {
+				life := time.Duration(400+rng.IntN(1100)) * time.Millisecond
+				stormRun(e, life, "worker", "--lease", "3s", "--concurrency", "2")
+			}
+		}()
+	}
+	workers.Wait()
+	close(stop)
+	producers.Wait()
+	if len(acked) == 0 {
+		t.Fatal("no enqueue was acknowledged during the storm")
+	}
+	t.Logf("%d enqueues acknowledged; storm over after %v", len(acked), time.Since(begin).Round(time.Millisecond))
+
+	// The runs the killed workers left expire (3 s leases) and are
+	// reaped; those backing off start now; a worker runs what is left.
+	states := map[string]int{}
+	eventually(t, 40*time.Second, "every acknowledged task done", func() (bool, string) {
+		if _, errs, code := e.run("heartbeat"); code != 0 {
+			return false, fmt.Sprintf("cq heartbeat: exit %d, stderr %q", code, errs)
+		}
+		tasks, err := stormTasks(e)
+		if err != nil {
+			return false, err.Error()
+		}
+		clear(states)
+		var again []string
+		for _, tk := range tasks {
+			states[tk.ID]++
+			if tk.State == "blocked" || tk.State == "failed" {
+				again = append(again, tk.ID)
+			}
+		}
+		if len(again) > 0 {
+			if _, errs, code := e.run(append([]string{"retry"}, again...)...); code != 0 {
+				return false, fmt.Sprintf("cq retry: exit %d, stderr %q", code, errs)
+			}
+		}
+		if _, errs, code := e.run("worker", "--once", "--lease", "3s", "--concurrency", "32"); code != 0 {
+			return false, fmt.Sprintf("cq worker --once: exit %d, stderr %q", code, errs)
+		}
+		if tasks, err = stormTasks(e); err != nil {
+			return false, err.Error()
+		}
+		done := map[string]bool{}
+		for _, tk := range tasks {
+			done[tk.ID] = tk.State == "done"
+		}
+		for _, id := range acked {
+			if !done[id] {
+				out, _, _ := e.run("show", "-o", "json", id)
+				return false, fmt.Sprintf("acknowledged task %s is not done: %s", id, out)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("all done after %v", time.Since(begin).Round(time.Millisecond))
+	tasks, err := stormTasks(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, tk := range tasks {
+		count[tk.ID]++
+	}
+	for _, id := range acked {
+		if count[id] != 1 {
+			t.Errorf("acknowledged task %s is stored %d times", id, count[id])
+		}
+	}
+	ents, err := os.ReadDir(marks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := 0
+	for _, ent := range ents {
+		b, err := os.ReadFile(filepath.Join(marks, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if err := runsOverlap(strings.Split(strings.TrimSpace(text), "\n")); err != nil {
+			t.Errorf("task %s: %v\n%s", ent.Name(), err, b)
+		}
+		cut += strings.Count(text, "start ") - strings.Count(text, "end ")
+	}
+	// The storm's premise: some runs were cut short with their worker.
+	t.Logf("%d runs of %d tasks cut short", cut, len(ents))
+	if cut == 0 {
+		t.Error("no run was cut short: the storm killed no worker mid-run")
+	}
+	// The supervisors of the killed workers kill their runs at once; a
+	// moment is allowed for the signals to land, less than a long run.
+	eventually(t, 2*time.Second, "no process of the home left", func() (bool, string) {
+		pids := homeProcs(e.home)
+		return len(pids) == 0, wkDescribeProcs(pids)
+	})
+}
+
+// stormRun runs one cq command and SIGKILLs it after life unless it has
+// ended; it returns its stdout and exit code (-1 when killed).
+func stormRun(e *cqEnv, life time.Duration, args ...string) (string, int) {
+	cmd := exec.Command("cq", args...)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		return "", -1
+	}
+	kill := time.AfterFunc(life, func() { _ = cmd.Process.Kill() })
+	err := cmd.Wait()
+	kill.Stop()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), ee.ExitCode()
+	}
+	return out.String(), -1
+}
+
+// stormTask is what TestSIGKILLStorm reads of a task.
+type stormTask struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+func stormTasks(e *cqEnv) ([]stormTask, error) {
+	out, errs, code := e.run("ls", "-o", "json", "--limit", "0")
+	if code != 0 {
+		return nil, fmt.Errorf("cq ls: exit %d, stderr %q", code, errs)
+	}
+	var tasks []stormTask
+	if err := json.Unmarshal([]byte(out), &tasks); err != nil {
+		return nil, fmt.Errorf("cq ls -o json: %v", err)
+	}
+	return tasks, nil
+}
+
+// runsOverlap checks a task's marks, "start RUN" and "end RUN" lines in
+// the order they were written: a run that ends after another run of the
+// task started, or a run that ends twice or never started, ran beside
+// another. A run that never ends was killed (its worker was).
+func runsOverlap(lines []string) error {
+	open := ""                      // the run started last, not ended yet
+	superseded := map[string]bool{} // runs another started after
+	ended := map[string]bool{}
+	for _, l := range lines {
+		what, run, _ := strings.Cut(l, " ")
+		switch what {
+		case "start":
+			if open != "" {
+				superseded[open] = true
+			}
+			open = run
+		case "end":
+			switch {
+			case superseded[run]:
+				return fmt.Errorf("run %s ended after another run of the task started", run)
+			case run != open || ended[run]:
+				return fmt.Errorf("run %s ended without being the one running", run)
+			}
+			ended[run], open = true, ""
+		default:
+			return fmt.Errorf("unexpected mark %q", l)
+		}
+	}
+	return nil
+}
+
+// TestRunsOverlapCatches: the storm's check of the marks finds runs of
+// one task that overlapped, and accepts runs one after another, a killed
+// one included.
+func TestRunsOverlapCatches(t *testing.T) {
+	ok := [][]string{
+		{"start a", "end a"},
+		{"start a", "start b", "end b"},
+		{"start a", "end a", "start b", "start c", "end c"},
+	}
+	for _, lines := range ok {
+		if err := runsOverlap(lines); err != nil {
+			t.Errorf("%q: %v", lines, err)
+		}
+	}
+	bad := [][]string{
+		{"start a", "start b", "end a"},
+		{"start a", "start b", "end b", "end a"},
+		{"start a", "end a", "end a"},
+		{"end a"},
+	}
+	for _, lines := range bad {
+		if runsOverlap(lines) == nil {
+			t.Errorf("%q: overlap not reported", lines)
+		}
+	}
+}
+
+// homeProcs lists the live processes (zombies excluded) whose environment
+// names home as CQ_HOME: workers, their supervisors and their runs.
+func homeProcs(home string) []int {
+	want := []byte("CQ_HOME=" + home)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:]); len(f) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X') {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + ent.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, want) }) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
