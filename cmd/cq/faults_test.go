@@ -353,7 +353,9 @@ func lastLine(s string) string {
 func TestDiskFull(t *testing.T) {
 	t.Parallel()
 	mnt := filepath.Join(t.TempDir(), "mnt")
-	mountTmpfs(t, mnt, "8m")
+	// Room, once the filler is gone, for a worker's WAL, which grows up
+	// to 16 MiB between checkpoints under a steady stream of commits.
+	mountTmpfs(t, mnt, "32m")
 	f := newFaultHome(t, filepath.Join(mnt, "home"))
 	path := filepath.Join(f.home, "cq.db")
 	if _, errs, code := f.runFor(30*time.Second, "heartbeat"); code != 0 {

@@ -134,6 +134,9 @@ func OpenRead(ctx context.Context, path string) (*DB, error) {
 		return d, err
 	}
 	if _, serr := os.Stat(path + "-wal"); serr == nil {
+		if _, shmErr := os.Stat(path + "-shm"); shmErr == nil {
+			return nil, err // not for want of a -shm (an old schema, say)
+		}
 		return nil, &FaultError{Kind: ErrReadOnly, Path: path, err: err,
 			msg: fmt.Sprintf("cannot read the store %s: it is read-only and its -shm file is missing (SQLite must create it to read the -wal file beside it)", path)}
 	} else if !errors.Is(serr, fs.ErrNotExist) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/mattn/go-sqlite3"
@@ -49,14 +51,18 @@ func Explain(path string, err error) error {
 	}
 	var se sqlite3.Error
 	isSQLite := errors.As(err, &se)
+	// Another error counts only when it is about the store's own files:
+	// a full disk under stdout is no full store.
+	var pe *fs.PathError
+	ownFile := !isSQLite && errors.As(err, &pe) && strings.HasPrefix(pe.Path, path)
 	switch {
 	case isSQLite && (se.Code == sqlite3.ErrFull || se.SystemErrno == syscall.ENOSPC || se.SystemErrno == syscall.EDQUOT),
-		!isSQLite && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)):
+		ownFile && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)):
 		return &FaultError{Kind: ErrFull, Path: path, err: err,
 			msg: fmt.Sprintf("no space left on the device holding the store %s: free some space and try again", path)}
 	case isSQLite && se.Code == sqlite3.ErrReadonly,
 		isSQLite && (se.Code == sqlite3.ErrCantOpen || se.Code == sqlite3.ErrIoErr || se.Code == sqlite3.ErrPerm) && !writable(path),
-		!isSQLite && (errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission)) && !writable(path):
+		ownFile && (errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)) && !writable(path):
 		return readOnlyError(path, err)
 	}
 	return err

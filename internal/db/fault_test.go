@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,7 +28,10 @@ func TestExplain(t *testing.T) {
 		{"full", sqlite3.Error{Code: sqlite3.ErrFull}, db.ErrFull, "no space left on the device holding the store " + path},
 		{"full wrapped", fmt.Errorf("insert: %w", sqlite3.Error{Code: sqlite3.ErrFull}), db.ErrFull, "no space left"},
 		{"ENOSPC from a write", sqlite3.Error{Code: sqlite3.ErrIoErr, SystemErrno: syscall.ENOSPC}, db.ErrFull, "no space left"},
-		{"ENOSPC from a file", fmt.Errorf("open: %w", syscall.ENOSPC), db.ErrFull, "no space left"},
+		{"ENOSPC from its file", fmt.Errorf("open: %w", &fs.PathError{Op: "open", Path: path, Err: syscall.ENOSPC}), db.ErrFull, "no space left"},
+		// Not the store's: a full disk under stdout, say.
+		{"ENOSPC from another file", &fs.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}, nil, ""},
+		{"ENOSPC alone", fmt.Errorf("write: %w", syscall.ENOSPC), nil, ""},
 		{"read-only", sqlite3.Error{Code: sqlite3.ErrReadonly, ExtendedCode: sqlite3.ErrReadonlyCantLock}, db.ErrReadOnly, "the store " + path + " is read-only: cannot write to it"},
 		{"busy", sqlite3.Error{Code: sqlite3.ErrBusy}, nil, ""},
 		{"constraint", sqlite3.Error{Code: sqlite3.ErrConstraint}, nil, ""},
