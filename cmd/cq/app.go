@@ -122,7 +122,11 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	if err != nil {
 		return nil, err
 	}
-	d, err := db.Open(ctx, path)
+	open := db.Open
+	if readOnly {
+		open = db.OpenRead
+	}
+	d, err := open(ctx, path)
 	if err != nil {
 		var ue *fsutil.UnsafeError
 		if errors.As(err, &ue) && ue.Path == path && ue.Link() {
@@ -130,7 +134,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 			// database itself may be used by its own path.
 			return nil, &exitErr{code: exitError, msg: ue.Error() + "; give the database's real path with --db"}
 		}
-		if errors.Is(err, db.ErrFutureSchema) {
+		if errors.Is(err, db.ErrFutureSchema) || isStoreFault(err) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("cannot open the store: %w", err)
@@ -161,10 +165,19 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 		n, err = s.DrainSpool(ctx, home)
 	}
 	if err != nil {
+		if isStoreFault(err) {
+			return nil, err // the store's fault, said with its path
+		}
 		return nil, fmt.Errorf("draining the spool: %w", err)
 	}
 	a.store, a.drained = s, n
 	return s, nil
+}
+
+// isStoreFault reports whether err is a store the user must fix (read-only,
+// or its disk full): its message names the store and says what to check.
+func isStoreFault(err error) bool {
+	return errors.Is(err, db.ErrReadOnly) || errors.Is(err, db.ErrFull)
 }
 
 // stopHere kills what a run cancelled before its recorded start left

@@ -988,7 +988,8 @@ func TestFollowEndsWhenItsReaderGoes(t *testing.T) {
 
 // TestOnceEndsOnAStoreItCannotWrite: cq worker --once against a store it
 // can read but not write (made immutable here, which binds root too)
-// exits 1 naming the error, instead of retrying its claim for ever.
+// exits 1 at start saying so, with the store's path, instead of retrying
+// its claim for ever.
 func TestOnceEndsOnAStoreItCannotWrite(t *testing.T) {
 	t.Parallel()
 	e := opsNewEnv(t)
@@ -999,7 +1000,7 @@ func TestOnceEndsOnAStoreItCannotWrite(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
 	_, errs, code := e.run("worker", "--once")
-	if code != 1 || !strings.Contains(errs, "cq: claim: attempt to write a readonly database") {
+	if code != 1 || !strings.Contains(errs, "cq: the store "+path+" is read-only: ") {
 		t.Errorf("cq worker --once on a read-only store: exit %d, stderr %q; want 1 and the error", code, errs)
 	}
 	// Reading still works.
@@ -1060,19 +1061,18 @@ func TestBatchOnAFullDiskBlamesNoLine(t *testing.T) {
 	}
 }
 
-// TestWorkerRecoversWhenTheStoreIsWritableAgain: a worker that started on
-// a store it could not write (immutable here; a read-only mount or wrong
-// permissions alike) runs the waiting tasks once the store is writable
-// again: SQLite's connections opened read-only are dropped and reopened.
+// TestWorkerRecoversWhenTheStoreIsWritableAgain: a worker whose store
+// becomes unwritable while it runs (its files made immutable here; a full
+// disk or a permission change alike) logs the refused writes and retries
+// them, and runs the waiting task once the store is writable again.
 func TestWorkerRecoversWhenTheStoreIsWritableAgain(t *testing.T) {
 	t.Parallel()
 	e := opsNewEnv(t)
-	id := strings.TrimSpace(e.ok("enqueue", "--", "true"))
+	// Due once the worker runs and its files are immutable; the claim
+	// that takes it is the write refused.
+	id := strings.TrimSpace(e.ok("enqueue", "--delay", "4s", "--", "true"))
 	path := filepath.Join(e.home, "cq.db")
-	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
-		t.Skipf("cannot make the store immutable here (chattr +i): %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("chattr", "-i", path).Run() })
+	files := []string{path, path + "-wal"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := e.command(ctx, "", "worker")
@@ -1083,24 +1083,41 @@ func TestWorkerRecoversWhenTheStoreIsWritableAgain(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	refused := make(chan struct{})
+	started, refused := make(chan struct{}), make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		seen := false
+		seenStart, seenRefusal := false, false
 		for sc.Scan() {
-			if !seen && strings.Contains(sc.Text(), `"store.error"`) && strings.Contains(sc.Text(), `"claim"`) {
-				seen = true
+			if !seenStart && strings.Contains(sc.Text(), `"worker.started"`) {
+				seenStart = true
+				close(started)
+			}
+			if seenStart && !seenRefusal && strings.Contains(sc.Text(), `"store.error"`) && strings.Contains(sc.Text(), "is read-only") {
+				seenRefusal = true
 				close(refused)
 			}
 		}
 	}()
 	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the worker never started")
+	}
+	for _, f := range files {
+		if out, err := exec.Command("chattr", "+i", f).CombinedOutput(); err != nil {
+			t.Skipf("cannot make the store immutable here (chattr +i): %v %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("chattr", "-i", f).Run() })
+	}
+	select {
 	case <-refused:
 	case <-ctx.Done():
-		t.Fatal("the worker never reported its refused claim")
+		t.Fatal("the worker never reported a refused write")
 	}
-	if out, err := exec.Command("chattr", "-i", path).CombinedOutput(); err != nil {
-		t.Fatalf("chattr -i: %v %s", err, out)
+	for _, f := range files {
+		if out, err := exec.Command("chattr", "-i", f).CombinedOutput(); err != nil {
+			t.Fatalf("chattr -i: %v %s", err, out)
+		}
 	}
 	e.code(0, "wait", "--timeout", "30s", id)
 	_ = cmd.Process.Signal(syscall.SIGTERM)

@@ -113,8 +113,73 @@ func PathFromURL(raw string) (string, error) {
 }
 
 // Open opens (creating if needed, mode 0600) the SQLite database at path
-// and brings its schema up to date.
+// and brings its schema up to date. A store this process cannot write
+// is an error that says so (ErrReadOnly), as is a full disk (ErrFull).
 func Open(ctx context.Context, path string) (*DB, error) {
+	d, err := open(ctx, path)
+	return d, Explain(path, err)
+}
+
+// OpenRead is Open for a process that only reads. SQLite reads a store
+// in WAL mode through its -wal and -shm files, creating them if they are
+// not there; on a read-only store whose -wal is gone (a clean close
+// checkpointed everything into the file) it cannot, and Open fails. That
+// file then holds the whole store, so it is opened immutable: read as
+// it is, with no lock and no file created. A -wal that is there holds
+// commits the file lacks, so without its -shm the store stays refused.
+func OpenRead(ctx context.Context, path string) (*DB, error) {
+	d, err := Open(ctx, path)
+	if err == nil || !errors.Is(err, ErrReadOnly) {
+		return d, err
+	}
+	if _, serr := os.Stat(path + "-wal"); serr == nil {
+		if _, shmErr := os.Stat(path + "-shm"); shmErr == nil {
+			return nil, err // not for want of a -shm (an old schema, say)
+		}
+		return nil, &FaultError{Kind: ErrReadOnly, Path: path, err: err,
+			msg: fmt.Sprintf("cannot read the store %s: it is read-only and its -shm file is missing (SQLite must create it to read the -wal file beside it)", path)}
+	} else if !errors.Is(serr, fs.ErrNotExist) {
+		return nil, err
+	}
+	if _, serr := os.Stat(path); serr != nil {
+		return nil, err
+	}
+	sqldb, oerr := sql.Open("sqlite3", dsn(path, url.Values{"mode": {"ro"}, "immutable": {"1"}}))
+	if oerr != nil {
+		return nil, err
+	}
+	ro := &DB{SQL: sqldb, Path: path}
+	v, verr := ro.checkVersion(ctx)
+	if verr != nil || v != LatestVersion() {
+		// Another application's file, a newer cq's, or an older store
+		// that needs a migration it cannot get: refused as Open did.
+		_ = sqldb.Close()
+		if verr != nil {
+			return nil, verr
+		}
+		return nil, err
+	}
+	return ro, nil
+}
+
+// dsn is the driver's name for the store at path, with cq's settings and
+// extra, SQLite URI parameters.
+func dsn(path string, extra url.Values) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout/time.Millisecond)))
+	q.Set("_foreign_keys", "on")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	// Each connection keeps its statements prepared: preparing was 40 % of
+	// an enqueue's CPU time.
+	q.Set("_stmt_cache_size", "128")
+	for k, v := range extra {
+		q[k] = v
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+func open(ctx context.Context, path string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("empty database path")
 	}
@@ -131,16 +196,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{}
-	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout/time.Millisecond)))
-	q.Set("_foreign_keys", "on")
-	q.Set("_synchronous", "NORMAL")
-	q.Set("_txlock", "immediate")
-	// Each connection keeps its statements prepared: preparing was 40 % of
-	// an enqueue's CPU time.
-	q.Set("_stmt_cache_size", "128")
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
-	sqldb, err := sql.Open("sqlite3", dsn)
+	sqldb, err := sql.Open("sqlite3", dsn(path, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -582,6 +638,7 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 	defer func() {
 		if err != nil {
 			d.dropIfReadOnly(err)
+			err = Explain(d.Path, err)
 		}
 	}()
 	if d.wconn == nil {

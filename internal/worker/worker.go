@@ -5,6 +5,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
@@ -204,6 +206,17 @@ func (w *Worker) poke() {
 // Grace for the runs, then kill and release the rest), or until --once or
 // --idle-exit says it is done. An error is fatal (exit 1).
 func (w *Worker) Run(ctx context.Context) error {
+	// A store it can read but not write is fatal at the start, before
+	// anything is claimed, spawned or created in the home: retrying would
+	// wait for ever on what only the user can fix. Any other failure of
+	// the probe (a busy store, a full disk) is what the loop's backoff is
+	// for.
+	if err := w.st.DB.CheckWritable(ctx); errors.Is(err, db.ErrReadOnly) {
+		w.log.Error("store.error", "op", "start", "error", err.Error())
+		return err
+	} else if err != nil && ctx.Err() == nil {
+		w.log.Warn("store.error", "op", "start", "error", err.Error())
+	}
 	if w.opt.Executable != "" {
 		sup, err := startSupervisor(w.opt.Executable, func(msg string, err error) { w.log.Error(msg, "error", err.Error()) })
 		if err != nil {
