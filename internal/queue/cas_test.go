@@ -203,7 +203,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		// Renewed in time by a clock the reaper's read did not see.
 		wall, _, until := ln.lease(time.Minute)
 		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, wall, until, c.RunID)
-		e.lostCAS(c.RunID, func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("lease was renewed meanwhile", func(tx *db.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", `ended_at = ?`, FormatTime(now))
 		})
 	})

@@ -611,6 +611,10 @@ func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, r
 		if cur.Token != r.Token {
 			return fenced(r.ID)
 		}
+		if cur.State == r.State && r.reapAt != nil {
+			// Same state and token: only the expiry guard refused it.
+			return conflictf("run %s: its lease was renewed meanwhile; not reaped", r.ID)
+		}
 		return conflictf("run %s is %s, not %s", r.ID, cur.State, r.State)
 	}
 	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: r.TaskID, RunID: r.ID, From: r.State, To: to, Reason: reason})
