@@ -109,15 +109,7 @@ as changed.`,
 			if fs.Changed("key") || fs.Changed("unique") {
 				return usageErr("cannot change the key: a task's place in its key lane is fixed (cq clone ID --key K makes a new task)")
 			}
-			given := false
-			fs.Visit(func(fl *pflag.Flag) {
-				switch fl.Name {
-				case "home", "db", "output", "quiet":
-				default:
-					given = true
-				}
-			})
-			if !given && argv == nil {
+			if !settingGiven(fs) && argv == nil {
 				return usageErr("task set: nothing to change (give --priority, --queue, --timeout, --retries, --env, --unset-env, --cwd, or a command)")
 			}
 			// The flags are checked before the store is opened: bad

@@ -352,6 +352,11 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 			if err != nil {
 				return err
 			}
+			if app.stderrIsTerminal() {
+				if err := commandNotIDs(cmd, st, args); err != nil {
+					return err
+				}
+			}
 			return multi(app.Stderr, args, func(ref string) error {
 				id, state, err := st.Enqueue(cmd.Context(), ref)
 				if err != nil {
@@ -372,6 +377,40 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 	return cmd
 }
 
+// commandNotIDs is the hint for cq enqueue WORD… typed at a terminal
+// with none of the words a task id: most likely a command that lacks its
+// "--". Piped, each word is reported as an unknown task, as before.
+func commandNotIDs(cmd *cobra.Command, st *queue.Store, args []string) error {
+	for _, a := range args {
+		if _, err := st.Resolve(cmd.Context(), a); !queue.IsNotFound(err) {
+			return nil
+		}
+	}
+	return &queue.Error{Code: queue.CodeNotFound,
+		Msg: fmt.Sprintf("no task %q; to run a command, put it after --: cq enqueue -- %s", args[0], quoteWords(args))}
+}
+
+// quoteWords shows args as a shell would need them typed, for a hint to
+// copy; it is printed, never run.
+func quoteWords(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		safe := a != ""
+		for _, c := range a {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./=:,+@%", c)) {
+				safe = false
+				break
+			}
+		}
+		if safe {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // enqueueBatch stores every line of the input in one transaction, or
 // nothing.
 func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
@@ -379,7 +418,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	if file != "" && file != "-" {
 		fh, err := os.Open(file)
 		if err != nil {
-			return usageErr("%v", err)
+			return usageErr("-f: %v", err)
 		}
 		defer fh.Close()
 		in = fh

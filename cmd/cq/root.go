@@ -98,7 +98,7 @@ retries them with backoff, keeps their logs and reports health.`,
 					return usageErr("-o prometheus is only for cq health")
 				}
 			default:
-				return usageErr("invalid output format %q (want table, json or jsonl)", app.Output)
+				return usageErr("-o: invalid output format %q (want table, json or jsonl)", app.Output)
 			}
 			return nil
 		},
