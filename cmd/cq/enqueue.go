@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
@@ -59,7 +60,7 @@ func (f *specFlags) given(fs *pflag.FlagSet) bool {
 }
 
 // spec builds a raw spec from the flags and the command after --.
-func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec, error) {
+func (f *specFlags) spec(fs *pflag.FlagSet, argv []string) (queue.Spec, error) {
 	sp := queue.Spec{
 		ID: f.id, Shell: f.shell, Intent: f.intent, Queue: f.queue, Key: f.key, Unique: f.unique,
 		Priority: f.priority, After: f.after, Timeout: f.timeout, Delay: f.delay, At: f.at, Hold: f.hold,
@@ -88,8 +89,8 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 	if fs.Changed("after") && len(f.after) == 0 {
 		return sp, usageErr("--after is empty (leave it out for no dependency)")
 	}
-	if fs.Changed("priority") && f.priority == "" {
-		return sp, usageErr("invalid priority \"\" (want P0, P1, P2 or P3)")
+	if err := checkSpecFlags(fs, f); err != nil {
+		return sp, err
 	}
 	if fs.Changed("payload") {
 		sp.Payload = json.RawMessage(f.payload)
@@ -105,6 +106,9 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 		k, v, ok := strings.Cut(e, "=")
 		if k == "" {
 			return sp, usageErr("--env %q: want NAME=VALUE or NAME", e)
+		}
+		if !queue.ValidEnvName(k) {
+			return sp, usageErr("--env %q: invalid environment variable name %q", e, k)
 		}
 		if !ok {
 			val, set := os.LookupEnv(k)
@@ -124,6 +128,53 @@ func (f *specFlags) spec(app *App, fs *pflag.FlagSet, argv []string) (queue.Spec
 	}
 	sp.Cwd = cwd
 	return sp, nil
+}
+
+// checkSpecFlags checks the values of the spec flags given that the spec
+// would refuse later without naming the flag (its messages serve JSONL
+// lines too, whose fields have other names): each error names its flag.
+func checkSpecFlags(fs *pflag.FlagSet, f *specFlags) error {
+	for _, c := range []struct {
+		name  string
+		check func(string) error
+	}{
+		{"id", func(v string) error {
+			if !queue.ValidID(v) {
+				return fmt.Errorf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", v)
+			}
+			return nil
+		}},
+		{"intent", func(v string) error {
+			if !queue.ValidIntent(v) {
+				return fmt.Errorf("invalid intent name %q (want ^[A-Za-z0-9][A-Za-z0-9_.-]*$)", v)
+			}
+			return nil
+		}},
+		{"queue", func(v string) error {
+			if !queue.ValidQueueName(v) {
+				return fmt.Errorf("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", v)
+			}
+			return nil
+		}},
+		{"priority", func(v string) error { _, err := queue.ParsePriority(v); return err }},
+		{"timeout", func(v string) error { _, err := queue.ParseDuration(v); return err }},
+		{"delay", func(v string) error { _, err := queue.ParseDuration(v); return err }},
+		{"at", func(v string) error { _, err := queue.ParseTime(v, time.Local); return err }},
+	} {
+		if !fs.Changed(c.name) || (c.name == "queue" && f.queue == "") {
+			// --queue "" has always meant the default queue.
+			continue
+		}
+		if err := c.check(fs.Lookup(c.name).Value.String()); err != nil {
+			return usageErr("--%s: %v", c.name, err)
+		}
+	}
+	if fs.Changed("key") && f.key != "" {
+		if _, err := (queue.Spec{Shell: "x", Key: f.key}).Normalize(); err != nil {
+			return usageErr("--key: %v", err)
+		}
+	}
+	return nil
 }
 
 // absCwd makes a --cwd (default: the current folder) absolute.
@@ -169,7 +220,7 @@ func newTaskCreateCmd(app *App) *cobra.Command {
 }
 
 func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqueue bool) error {
-	raw, err := f.spec(app, cmd.Flags(), argv)
+	raw, err := f.spec(cmd.Flags(), argv)
 	if err != nil {
 		return err
 	}
@@ -301,6 +352,11 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 			if err != nil {
 				return err
 			}
+			if app.stderrIsTerminal() {
+				if err := commandNotIDs(cmd, st, args); err != nil {
+					return err
+				}
+			}
 			return multi(app.Stderr, args, func(ref string) error {
 				id, state, err := st.Enqueue(cmd.Context(), ref)
 				if err != nil {
@@ -321,6 +377,40 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 	return cmd
 }
 
+// commandNotIDs is the hint for cq enqueue WORD… typed at a terminal
+// with none of the words a task id: most likely a command that lacks its
+// "--". Piped, each word is reported as an unknown task, as before.
+func commandNotIDs(cmd *cobra.Command, st *queue.Store, args []string) error {
+	for _, a := range args {
+		if _, err := st.Resolve(cmd.Context(), a); !queue.IsNotFound(err) {
+			return nil
+		}
+	}
+	return &queue.Error{Code: queue.CodeNotFound,
+		Msg: fmt.Sprintf("no task %q; to run a command, put it after --: cq enqueue -- %s", args[0], quoteWords(args))}
+}
+
+// quoteWords shows args as a shell would need them typed, for a hint to
+// copy; it is printed, never run.
+func quoteWords(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		safe := a != ""
+		for _, c := range a {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./=:,+@%", c)) {
+				safe = false
+				break
+			}
+		}
+		if safe {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // enqueueBatch stores every line of the input in one transaction, or
 // nothing.
 func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
@@ -328,7 +418,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	if file != "" && file != "-" {
 		fh, err := os.Open(file)
 		if err != nil {
-			return usageErr("%v", err)
+			return usageErr("-f: %v", err)
 		}
 		defer fh.Close()
 		in = fh
@@ -388,7 +478,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 // database. The line carries its id, an absolute cwd, and an absolute
 // time instead of a delay, so it means the same whenever it is drained.
 func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) error {
-	raw, err := f.spec(app, cmd.Flags(), argv)
+	raw, err := f.spec(cmd.Flags(), argv)
 	if err != nil {
 		return err
 	}

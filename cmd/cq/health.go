@@ -40,11 +40,22 @@ it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 			if th.Window, err = queue.ParseDuration(window); err != nil || th.Window <= 0 {
 				return usageErr("--window: want a positive duration")
 			}
-			if th.SuccessDegraded < 0 || th.SuccessDegraded > 1 || th.SuccessUnhealthy < 0 || th.SuccessUnhealthy > 1 {
-				return usageErr("--success-degraded and --success-unhealthy are rates: want 0 to 1")
+			for _, c := range []struct {
+				name string
+				v    float64
+			}{{"success-degraded", th.SuccessDegraded}, {"success-unhealthy", th.SuccessUnhealthy}} {
+				if c.v < 0 || c.v > 1 {
+					return usageErr("--%s is a rate: want 0 to 1", c.name)
+				}
 			}
-			if th.BacklogDegraded < 0 || th.BacklogUnhealthy < 0 || th.BlockedDegraded < 0 || th.BlockedUnhealthy < 0 || th.FailedDegraded < 0 {
-				return usageErr("the backlog, blocked and failed thresholds are counts: want 0 or more")
+			for _, c := range []struct {
+				name string
+				v    int
+			}{{"backlog-degraded", th.BacklogDegraded}, {"backlog-unhealthy", th.BacklogUnhealthy},
+				{"blocked-degraded", th.BlockedDegraded}, {"blocked-unhealthy", th.BlockedUnhealthy}, {"failed-degraded", th.FailedDegraded}} {
+				if c.v < 0 {
+					return usageErr("--%s is a count: want 0 or more", c.name)
+				}
 			}
 			if th.HeartbeatMaxAge < 0 {
 				return usageErr("--heartbeat-max-age must not be negative")

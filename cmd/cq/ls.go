@@ -22,14 +22,14 @@ func newLsCmd(app *App) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range f.States {
 				if !queue.ValidTaskState(s) {
-					return usageErr("unknown state %q (want one of %s)", s, strings.Join(queue.TaskStates, ", "))
+					return usageErr("--state: unknown state %q (want one of %s)", s, strings.Join(queue.TaskStates, ", "))
 				}
 			}
 			if f.Limit < 0 {
 				return usageErr("--limit must be 0 (all) or more")
 			}
 			if f.Queue != "" && !queue.ValidQueueName(f.Queue) {
-				return usageErr("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
+				return usageErr("--queue: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
 			}
 			st, err := app.ReadStore(cmd.Context())
 			if err != nil {

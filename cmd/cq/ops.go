@@ -70,7 +70,21 @@ func newCancelCmd(app *App) *cobra.Command {
 }
 
 func newRetryCmd(app *App) *cobra.Command {
-	return newTaskOpCmd(app, "retry", "Retry failed or cancelled tasks, or start a backing-off one now", func(st *queue.Store) stateOp { return st.Retry })
+	cmd := newTaskOpCmd(app, "retry", "Retry failed or cancelled tasks, or start a backing-off one now", func(st *queue.Store) stateOp { return st.Retry })
+	var deps bool
+	plain := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !deps {
+			return plain(cmd, args)
+		}
+		reason, _ := cmd.Flags().GetString("reason")
+		if err := checkReason(reason); err != nil {
+			return err
+		}
+		return retryDeps(cmd, app, args, reason)
+	}
+	cmd.Flags().BoolVar(&deps, "deps", false, "also the dependents its end cancelled, transitively, each blocked on its dependency again")
+	return cmd
 }
 
 func newHoldCmd(app *App) *cobra.Command {

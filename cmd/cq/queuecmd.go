@@ -9,6 +9,7 @@ import (
 	"github.com/cq-dev/cq/internal/heartbeat"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newQueueLsCmd(app *App) *cobra.Command {
@@ -102,6 +103,11 @@ func newQueueSetCmd(app *App) *cobra.Command {
 					*p.dst = &d
 				}
 			}
+			if !settingGiven(fl) && app.stderrIsTerminal() {
+				// Piped, a bare queue set still makes the queue, as scripts
+				// rely on; typed at a terminal it is a forgotten flag.
+				return usageErr("queue set: nothing to set (give --concurrency, --retries, --backoff, --transient-retries, --timeout-retries, --timeout, --start-timeout or --warn-after)")
+			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
@@ -165,4 +171,17 @@ func newQueueClearCmd(app *App) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// settingGiven reports whether a flag other than the global ones was set.
+func settingGiven(fs *pflag.FlagSet) bool {
+	given := false
+	fs.Visit(func(fl *pflag.Flag) {
+		switch fl.Name {
+		case "home", "db", "output", "quiet":
+		default:
+			given = true
+		}
+	})
+	return given
 }

@@ -20,7 +20,7 @@ var version = "dev"
 var commands = map[string]func(*App) *cobra.Command{
 	"task": func(app *App) *cobra.Command {
 		task := newGroupCmd("task", "Create tasks and change their state")
-		task.AddCommand(newTaskCreateCmd(app), newSetStateCmd(app))
+		task.AddCommand(newTaskCreateCmd(app), newTaskSetCmd(app), newSetStateCmd(app))
 		return task
 	},
 	"enqueue": newEnqueueCmd,
@@ -28,6 +28,7 @@ var commands = map[string]func(*App) *cobra.Command{
 	"show":    newShowCmd,
 	"cancel":  newCancelCmd,
 	"retry":   newRetryCmd,
+	"clone":   newCloneCmd,
 	"hold":    newHoldCmd,
 	"release": newReleaseCmd,
 	"queue": func(app *App) *cobra.Command {
@@ -44,7 +45,7 @@ var commands = map[string]func(*App) *cobra.Command{
 	"cleanup":   newCleanupCmd,
 }
 
-var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "hold", "release", "queue",
+var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "clone", "hold", "release", "queue",
 	"events", "heartbeat", "worker", "wait", "logs", "health", "cleanup"}
 
 // commandWord is the command a command line names: its first word that is
@@ -97,7 +98,7 @@ retries them with backoff, keeps their logs and reports health.`,
 					return usageErr("-o prometheus is only for cq health")
 				}
 			default:
-				return usageErr("invalid output format %q (want table, json or jsonl)", app.Output)
+				return usageErr("-o: invalid output format %q (want table, json or jsonl)", app.Output)
 			}
 			return nil
 		},

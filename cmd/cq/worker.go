@@ -64,7 +64,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 			}
 			for _, q := range opt.Queues {
 				if !queue.ValidQueueName(q) {
-					return usageErr("invalid queue name %q", q)
+					return usageErr("--queue: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", q)
 				}
 			}
 			st, err := app.Store(cmd.Context())

@@ -84,6 +84,9 @@ func ValidIntent(s string) bool {
 	return true
 }
 
+// ValidEnvName reports whether s may name an environment variable.
+func ValidEnvName(s string) bool { return validEnvKey(s) }
+
 func validEnvKey(s string) bool {
 	// ^[A-Za-z_][A-Za-z0-9_]*$
 	if len(s) == 0 || (s[0] >= '0' && s[0] <= '9') {
