@@ -103,16 +103,20 @@ func newQueueSetCmd(app *App) *cobra.Command {
 					*p.dst = &d
 				}
 			}
-			if !settingGiven(fl) && app.stderrIsTerminal() {
-				// Piped, a bare queue set still makes the queue, as scripts
-				// rely on; typed at a terminal it is a forgotten flag.
-				return usageErr("queue set: nothing to set (give --concurrency, --retries, --backoff, --transient-retries, --timeout-retries, --timeout, --start-timeout or --warn-after)")
-			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return st.SetQueue(cmd.Context(), args[0], set)
+			if err := st.SetQueue(cmd.Context(), args[0], set); err != nil {
+				return err
+			}
+			if !settingGiven(fl) && app.stderrIsTerminal() {
+				// A bare queue set makes the queue, terminal or not (scripts
+				// rely on it); typed at a terminal it is likely a forgotten
+				// flag, so a hint says nothing else was set.
+				fmt.Fprintf(app.Stderr, "cq: queue %s: nothing to set; it keeps its settings (give --concurrency, --retries, --backoff, --transient-retries, --timeout-retries, --timeout, --start-timeout or --warn-after)\n", args[0])
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
