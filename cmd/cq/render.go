@@ -137,15 +137,27 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 	return w.Flush()
 }
 
+// handleWidth is how narrow the first column of a drawn table gets while
+// another column can still give way: it is each row's handle (a task or
+// run id, a queue name), and a task id cut to 12 characters and "…" is
+// still a prefix that names it.
+const handleWidth = 13
+
 // fitWidths shrinks column widths so that they add up to budget at most,
 // taking from the widest first: every column wider than some cap is cut
-// to it, and what is left of the budget widens the first of those by one
-// each. A column never goes below one cell.
+// to it (the first no narrower than handleWidth), and what is left of
+// the budget widens the first of those by one each. When even a cap of
+// one cell does not fit, the first column gives way too.
 func fitWidths(natural []int, budget int) []int {
+	floor := make([]int, len(natural))
+	if len(natural) > 0 {
+		floor[0] = min(natural[0], handleWidth)
+	}
+	width := func(i, c int) int { return min(natural[i], max(c, floor[i])) }
 	sum := func(c int) int {
 		s := 0
-		for _, w := range natural {
-			s += min(w, c)
+		for i := range natural {
+			s += width(i, c)
 		}
 		return s
 	}
@@ -156,6 +168,9 @@ func fitWidths(natural []int, budget int) []int {
 	out := append([]int(nil), natural...)
 	if sum(widest) <= budget {
 		return out
+	}
+	if sum(1) > budget && floor[0] > 1 {
+		floor[0] = 1
 	}
 	// The largest cap that fits: sum(c) grows with c.
 	lo, hi := 1, widest
@@ -168,9 +183,9 @@ func fitWidths(natural []int, budget int) []int {
 		}
 	}
 	left := budget - sum(lo)
-	for i, w := range natural {
-		out[i] = min(w, lo)
-		if w > lo && left > 0 {
+	for i := range natural {
+		out[i] = width(i, lo)
+		if out[i] == lo && natural[i] > lo && left > 0 {
 			out[i]++
 			left--
 		}
