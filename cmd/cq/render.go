@@ -106,7 +106,7 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 		}
 	}
 	width := a.termWidth()
-	widths := fitWidths(natural, width-len(columnGap)*(len(header)-1))
+	widths := fitWidths(natural, keepWidths(header, natural), width-len(columnGap)*(len(header)-1))
 	narrow := sumInts(widths)+len(columnGap)*(len(header)-1) > width
 
 	w := bufio.NewWriter(a.Stdout)
@@ -143,16 +143,29 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 // still a prefix that names it.
 const handleWidth = 13
 
+// keepWidths is how narrow each column gets while another can still give
+// way: the first column handleWidth, a STATE column its whole width (a
+// state is a word or two, and the thing most read), any other one cell.
+func keepWidths(header []string, natural []int) []int {
+	keep := make([]int, len(natural))
+	for i := range keep {
+		switch {
+		case i == 0:
+			keep[i] = min(natural[i], handleWidth)
+		case header[i] == "STATE":
+			keep[i] = natural[i]
+		}
+	}
+	return keep
+}
+
 // fitWidths shrinks column widths so that they add up to budget at most,
 // taking from the widest first: every column wider than some cap is cut
-// to it (the first no narrower than handleWidth), and what is left of
-// the budget widens the first of those by one each. When even a cap of
-// one cell does not fit, the first column gives way too.
-func fitWidths(natural []int, budget int) []int {
-	floor := make([]int, len(natural))
-	if len(natural) > 0 {
-		floor[0] = min(natural[0], handleWidth)
-	}
+// to it (none below its keep width), and what is left of the budget
+// widens the first of those by one each. When even a cap of one cell
+// does not fit, the keep widths are given up.
+func fitWidths(natural, keep []int, budget int) []int {
+	floor := append([]int(nil), keep...)
 	width := func(i, c int) int { return min(natural[i], max(c, floor[i])) }
 	sum := func(c int) int {
 		s := 0
@@ -169,8 +182,8 @@ func fitWidths(natural []int, budget int) []int {
 	if sum(widest) <= budget {
 		return out
 	}
-	if sum(1) > budget && floor[0] > 1 {
-		floor[0] = 1
+	if sum(1) > budget {
+		clear(floor)
 	}
 	// The largest cap that fits: sum(c) grows with c.
 	lo, hi := 1, widest

@@ -9,19 +9,21 @@ import (
 func TestFitWidths(t *testing.T) {
 	for _, c := range []struct {
 		name    string
+		header  []string
 		natural []int
 		budget  int
 		want    []int
 	}{
-		{"fits as it is", []int{26, 5, 40}, 80, []int{26, 5, 40}},
-		{"the widest gives way alone", []int{26, 5, 100}, 60, []int{26, 5, 29}},
-		{"the widest meet at one cap, the spare cell to the first", []int{20, 5, 30, 30}, 60, []int{19, 5, 18, 18}},
-		{"the handle keeps 13 while others give way", []int{26, 8, 8, 100}, 40, []int{13, 8, 8, 11}},
-		{"a short handle keeps its width", []int{7, 10, 100}, 20, []int{7, 7, 6}},
-		{"when nothing else fits the handle gives way too", []int{26, 5, 5}, 6, []int{2, 2, 2}},
+		{"fits as it is", []string{"ID", "PRI", "COMMAND"}, []int{26, 5, 40}, 80, []int{26, 5, 40}},
+		{"the widest gives way alone", []string{"ID", "PRI", "COMMAND"}, []int{26, 5, 100}, 60, []int{26, 5, 29}},
+		{"the widest meet at one cap, the spare cell to the first", []string{"ID", "PRI", "REASON", "COMMAND"}, []int{20, 5, 30, 30}, 60, []int{19, 5, 18, 18}},
+		{"the handle keeps 13 while others give way", []string{"ID", "QUEUE", "CREATED", "COMMAND"}, []int{26, 8, 8, 100}, 40, []int{13, 8, 8, 11}},
+		{"a short handle keeps its width", []string{"QUEUE", "BACKOFF", "COMMAND"}, []int{7, 10, 100}, 20, []int{7, 7, 6}},
+		{"a state is kept whole", []string{"ID", "STATE", "COMMAND"}, []int{26, 9, 100}, 25, []int{13, 9, 3}},
+		{"when nothing else fits, nothing is kept", []string{"ID", "STATE", "PRI"}, []int{26, 9, 5}, 6, []int{2, 2, 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := fitWidths(c.natural, c.budget)
+			got := fitWidths(c.natural, keepWidths(c.header, c.natural), c.budget)
 			if !slices.Equal(got, c.want) {
 				t.Errorf("fitWidths(%v, %d) = %v, want %v", c.natural, c.budget, got, c.want)
 			}
