@@ -138,6 +138,9 @@ func (a *App) printHealth(h *queue.Health) error {
 	hb := "never"
 	if h.LastHeartbeat != nil {
 		hb = *h.LastHeartbeat
+		if a.stdoutIsTerminal() {
+			hb = ageOf(hb, a.now())
+		}
 	}
 	rows := [][]string{
 		{"status", h.Status},

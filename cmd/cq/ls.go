@@ -44,7 +44,10 @@ func newLsCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.printTasks(tasks)
+			if err := app.printTasks(tasks); err != nil {
+				return err
+			}
+			return app.noteLeftOut(cmd.Context(), st, f, len(tasks))
 		},
 	}
 	cmd.Flags().StringSliceVar(&f.States, "state", nil, "only tasks in this state (repeatable)")
@@ -79,6 +82,21 @@ func (a *App) printTasks(tasks []*queue.Task) error {
 		rows = append(rows, taskRow(t))
 	}
 	return a.writeTable(taskHeader, rows)
+}
+
+// noteLeftOut ends a drawn list that the limit cut short with how many
+// matched (SPEC section 5): counted only then, so that a list that shows
+// everything, or one a script reads, costs no second query.
+func (a *App) noteLeftOut(ctx context.Context, st *queue.Store, f queue.ListFilter, shown int) error {
+	if f.Limit == 0 || shown < f.Limit || a.Quiet || a.format() != "table" || !a.stdoutIsTerminal() {
+		return nil
+	}
+	total, err := st.Count(ctx, f)
+	if err != nil || total <= shown {
+		return err
+	}
+	_, err = fmt.Fprintf(a.Stdout, "%d of %d shown; --limit 0 for all\n", shown, total)
+	return err
 }
 
 var taskHeader = []string{"ID", "STATE", "QUEUE", "KEY", "PRI", "ATTEMPTS", "REASON", "CREATED", "COMMAND"}

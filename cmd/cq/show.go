@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
@@ -31,6 +36,9 @@ func newShowCmd(app *App) *cobra.Command {
 				return writeJSON(app.Stdout, t)
 			case app.format() == "jsonl":
 				return writeJSONLine(app.Stdout, t)
+			}
+			if app.stdoutIsTerminal() {
+				return app.showForTerminal(t)
 			}
 			opt := func(s *string) string {
 				if s == nil {
@@ -69,6 +77,151 @@ func newShowCmd(app *App) *cobra.Command {
 			return app.writeTable([]string{"RUN", "ATTEMPT", "STATE", "EXIT", "SIGNAL", "WORKER", "STARTED", "ENDED", "ERROR"}, runs)
 		},
 	}
+}
+
+// showForTerminal prints a task for a person: "label  value" lines for
+// what the task has (a value too long for the terminal goes on under
+// itself), instants with their age, then its runs as a table with each
+// one's length.
+func (a *App) showForTerminal(t *queue.Task) error {
+	now := a.now()
+	type field struct{ label, value string }
+	var fs []field
+	add := func(label, value string) { fs = append(fs, field{label, value}) }
+	addOpt := func(label string, v *string) {
+		if v != nil && *v != "" {
+			add(label, *v)
+		}
+	}
+	when := func(s string) string { return s + " (" + ageOf(s, now) + ")" }
+
+	add("id", t.ID)
+	add("state", t.State)
+	add("queue", t.Queue)
+	add("priority", t.Priority)
+	add("attempts", strconv.Itoa(t.Attempts))
+	switch {
+	case t.Shell != "":
+		add("shell", t.Shell)
+	case t.Intent != "":
+		add("intent", t.Intent)
+		if len(t.Payload) > 0 {
+			add("payload", string(t.Payload))
+		}
+	default:
+		add("command", t.Command())
+	}
+	addOpt("cwd", t.Cwd)
+	if len(t.Env) > 0 {
+		var env []string
+		for _, k := range sortedKeys(t.Env) {
+			env = append(env, k+"="+t.Env[k])
+		}
+		add("env", strings.Join(env, "\n"))
+	}
+	addOpt("timeout", t.Timeout)
+	if t.Retries != nil {
+		add("retries", strconv.Itoa(*t.Retries))
+	}
+	if t.Unique {
+		add("unique", "yes")
+	}
+	if t.Hold {
+		add("hold", "yes")
+	}
+	addOpt("key", t.Key)
+	if len(t.After) > 0 {
+		add("after", strings.Join(t.After, " "))
+	}
+	addOpt("blocked_reason", t.BlockedReason)
+	addOpt("reason", t.Reason)
+	if t.NotBefore != nil {
+		add("not_before", when(*t.NotBefore))
+	}
+	add("created_at", when(t.CreatedAt))
+	add("updated_at", when(t.UpdatedAt))
+	if t.FinishedAt != nil {
+		add("finished_at", when(*t.FinishedAt))
+	}
+
+	labelW := 0
+	for _, f := range fs {
+		labelW = max(labelW, len(f.label))
+	}
+	indent := strings.Repeat(" ", labelW+len(columnGap))
+	width := a.termWidth()
+	w := bufio.NewWriter(a.Stdout)
+	for _, f := range fs {
+		var lines []string
+		for _, l := range strings.Split(f.value, "\n") {
+			lines = append(lines, wrapTo(cleanCell(l), width-len(indent))...)
+		}
+		for i, l := range lines {
+			if i == 0 {
+				if f.label == "state" && a.colorOn() {
+					l = sgr(stateColor[l], l)
+				}
+				fmt.Fprintf(w, "%-*s%s%s\n", labelW, f.label, columnGap, l)
+			} else {
+				fmt.Fprintf(w, "%s%s\n", indent, l)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if t.Runs == nil || len(*t.Runs) == 0 {
+		return nil
+	}
+	var runs [][]string
+	for _, r := range *t.Runs {
+		exit := "-"
+		switch {
+		case r.ExitCode != nil:
+			exit = strconv.Itoa(*r.ExitCode)
+		case r.Signal != nil:
+			exit = *r.Signal
+		}
+		dur := "-"
+		if start, err := time.Parse(time.RFC3339Nano, deref(r.StartedAt)); err == nil {
+			end := now
+			if r.EndedAt != nil {
+				if e, err := time.Parse(time.RFC3339Nano, *r.EndedAt); err == nil {
+					end = e
+				}
+			}
+			dur = humanDuration(end.Sub(start))
+		}
+		note := deref(r.Error)
+		if note == "" {
+			note = deref(r.Reason)
+		}
+		runs = append(runs, []string{r.ID, strconv.Itoa(r.Attempt), r.State, exit, deref(r.Worker),
+			deref(r.StartedAt), dur, note})
+	}
+	fmt.Fprintln(a.Stdout)
+	return a.drawTable([]string{"RUN", "ATTEMPT", "STATE", "EXIT", "WORKER", "STARTED", "DURATION", "ERROR"}, runs)
+}
+
+// wrapTo splits s into lines of at most w display cells, breaking after
+// a space when there is one in the line's second half.
+func wrapTo(s string, w int) []string {
+	w = max(w, 1)
+	var out []string
+	for runewidth.StringWidth(s) > w {
+		cut := runewidth.Truncate(s, w, "")
+		if i := strings.LastIndexByte(cut, ' '); i > len(cut)/2 {
+			cut = cut[:i+1]
+		}
+		if cut == "" {
+			// One character wider than the whole line: it goes alone.
+			_, size := utf8.DecodeRuneInString(s)
+			cut = s[:size]
+		}
+		out = append(out, strings.TrimRight(cut, " "))
+		s = s[len(cut):]
+	}
+	return append(out, s)
 }
 
 // exactArgs is cobra.ExactArgs with a clear message.

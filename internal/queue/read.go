@@ -190,7 +190,28 @@ func (s *Store) ListEach(ctx context.Context, f ListFilter, fn func(*Task) error
 
 // listQuery is the SELECT of cols for List's filter, newest first.
 func listQuery(cols string, f ListFilter) (string, []any) {
-	q := `SELECT ` + cols + ` FROM tasks`
+	q, args := listWhere(`SELECT `+cols+` FROM tasks`, f)
+	// Insertion order is creation order: newest first without an index of
+	// its own.
+	q += ` ORDER BY rowid DESC`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	return q, args
+}
+
+// Count is how many tasks List's filter selects, its limit aside: a list
+// cut short by the limit can say how many it left out.
+func (s *Store) Count(ctx context.Context, f ListFilter) (int, error) {
+	q, args := listWhere(`SELECT COUNT(*) FROM tasks`, f)
+	var n int
+	err := s.DB.SQL.QueryRowContext(ctx, q, args...).Scan(&n)
+	return n, err
+}
+
+// listWhere adds to q the WHERE clause of List's filter.
+func listWhere(q string, f ListFilter) (string, []any) {
 	var where []string
 	var args []any
 	if len(f.States) > 0 {
@@ -209,13 +230,6 @@ func listQuery(cols string, f ListFilter) (string, []any) {
 	}
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	// Insertion order is creation order: newest first without an index of
-	// its own.
-	q += ` ORDER BY rowid DESC`
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
 	}
 	return q, args
 }
