@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-runewidth"
+	"github.com/olekukonko/tablewriter"
 	"golang.org/x/term"
 )
 
@@ -109,15 +111,11 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 	widths := fitWidths(natural, keepWidths(header, natural), width-len(columnGap)*(len(header)-1))
 	narrow := sumInts(widths)+len(columnGap)*(len(header)-1) > width
 
-	w := bufio.NewWriter(a.Stdout)
+	fitted := make([][]string, len(cells))
 	for n, r := range cells {
-		var line strings.Builder
+		fitted[n] = make([]string, len(widths))
 		for i := range widths {
-			if i > 0 {
-				line.WriteString(columnGap)
-			}
 			c := runewidth.Truncate(r[i], widths[i], "…")
-			pad := strings.Repeat(" ", widths[i]-runewidth.StringWidth(c))
 			switch {
 			case narrow || !color:
 			case n == 0:
@@ -125,9 +123,33 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 			case header[i] == "STATE":
 				c = sgr(stateColor[c], c)
 			}
-			line.WriteString(c + pad)
+			fitted[n][i] = c
 		}
-		s := strings.TrimRight(line.String(), " ")
+	}
+	// tablewriter lays the fitted cells out (it measures them without
+	// their colour codes); the fitting above is what it lacks.
+	var buf bytes.Buffer
+	t := tablewriter.NewWriter(&buf)
+	t.SetHeader(fitted[0])
+	t.SetAutoFormatHeaders(false)
+	t.SetAutoWrapText(false)
+	t.SetAlignment(tablewriter.ALIGN_LEFT)
+	t.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
+	t.SetBorder(false)
+	t.SetHeaderLine(false)
+	t.SetColumnSeparator("")
+	t.SetCenterSeparator("")
+	t.SetRowSeparator("")
+	t.SetTablePadding(columnGap)
+	t.SetNoWhiteSpace(true)
+	t.AppendBulk(fitted[1:])
+	t.Render()
+	w := bufio.NewWriter(a.Stdout)
+	for _, s := range strings.SplitAfter(buf.String(), "\n") {
+		if s == "" {
+			continue
+		}
+		s = strings.TrimRight(s, " \n")
 		if narrow {
 			// Not even a cell a column fits: the line itself is cut.
 			s = runewidth.Truncate(s, width, "…")
