@@ -136,7 +136,11 @@ retries them with backoff, keeps their logs and reports health.`,
 func execute(app *App, args []string) int {
 	ctx, stop := signalContext()
 	defer stop()
-	root := newRoot(app, commandWord(args))
+	word := commandWord(args)
+	root := newRoot(app, word)
+	if word == cobra.ShellCompRequestCmd || word == cobra.ShellCompNoDescRequestCmd {
+		addCompletions(root, app, args)
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	// On its way out: see db.TrimWAL (a running worker's store is left

@@ -143,3 +143,9 @@ func (s *Store) idHints(ctx context.Context, rowids []int64) ([]IDHint, error) {
 	}
 	return out, nil
 }
+
+// QueueNames lists the names of every queue, in order, for shell
+// completion.
+func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
+	return queryIDs(ctx, s.DB.SQL, `SELECT name FROM queues ORDER BY name`)
+}
