@@ -119,6 +119,11 @@ retries them with backoff, keeps their logs and reports health.`,
 			root.AddCommand(commands[name](app))
 		}
 	}
+	if only == "__man" {
+		if c := manCommand(app); c != nil {
+			root.AddCommand(c)
+		}
+	}
 	for _, c := range root.Commands() {
 		c.SilenceUsage, c.SilenceErrors = true, true
 		for _, sub := range c.Commands() {
