@@ -129,7 +129,7 @@ func (a *App) logHandler(format string) slog.Handler {
 	if format == "json" || (format == "" && !tty) {
 		return slog.NewJSONHandler(a.Stderr, nil)
 	}
-	return tint.NewHandler(a.Stderr, &tint.Options{
+	return tint.NewTextHandler(a.Stderr, &tint.Options{
 		TimeFormat: time.TimeOnly,
 		NoColor:    !tty || a.Getenv("NO_COLOR") != "",
 	})
