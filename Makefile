@@ -18,13 +18,16 @@ BUILD_LDFLAGS := -s -w -linkmode=external -extldflags=-static
 GOBUILD        = $(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(BUILD_LDFLAGS)'
 
 .DEFAULT_GOAL := help
-.PHONY: help build bench-bins test lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
+.PHONY: help build man bench-bins test lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/cq
 	$(GOBUILD) -o $(BIN)/cq ./cmd/cq || { echo "static link failed: building bin/cq with go build's defaults" >&2; $(GO) build -o $(BIN)/cq ./cmd/cq; }
+
+man: ## write the man pages into man/ (cq.1, cq-ls.1, …)
+	$(GO) run -tags man ./cmd/cq __man $(CURDIR)/man
 
 bench-bins: ## build bench's floor (as bin/cq is built) and spawn reference into bin/
 	$(GOBUILD) -o $(BIN)/floor ./bench/floor || $(GO) build -o $(BIN)/floor ./bench/floor
@@ -74,4 +77,4 @@ demo: build ## build cq and run a real pipeline in a throw-away home
 	./examples/scripts/demo.sh $(BIN)/cq
 
 clean: ## remove build output
-	rm -rf $(BIN)/cq $(BIN)/floor $(BIN)/spawnref cover.out
+	rm -rf $(BIN)/cq $(BIN)/floor $(BIN)/spawnref cover.out man

@@ -45,6 +45,20 @@ func (a *App) Home() (string, error) {
 	if a.home != "" {
 		return a.home, nil
 	}
+	abs, err := a.homePath()
+	if err != nil {
+		return "", err
+	}
+	if err := fsutil.PrivateDir(abs); err != nil {
+		return "", err
+	}
+	a.home = abs
+	return abs, nil
+}
+
+// homePath is the home folder Home would use, as an absolute path,
+// without creating it.
+func (a *App) homePath() (string, error) {
 	h := a.HomeFlag
 	if h == "" {
 		h = a.Getenv("CQ_HOME")
@@ -61,15 +75,7 @@ func (a *App) Home() (string, error) {
 		}
 		h = filepath.Join(u, ".local", "state", "cq")
 	}
-	abs, err := filepath.Abs(h)
-	if err != nil {
-		return "", err
-	}
-	if err := fsutil.PrivateDir(abs); err != nil {
-		return "", err
-	}
-	a.home = abs
-	return abs, nil
+	return filepath.Abs(h)
 }
 
 // dbPath is the SQLite file of --db or $CQ_DB, else home's cq.db; a URL

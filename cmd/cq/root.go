@@ -120,6 +120,11 @@ retries them with backoff, keeps their logs and reports health.`,
 			root.AddCommand(commands[name](app))
 		}
 	}
+	if only == "__man" {
+		if c := manCommand(app); c != nil {
+			root.AddCommand(c)
+		}
+	}
 	for _, c := range root.Commands() {
 		c.SilenceUsage, c.SilenceErrors = true, true
 		for _, sub := range c.Commands() {
@@ -137,7 +142,11 @@ retries them with backoff, keeps their logs and reports health.`,
 func execute(app *App, args []string) int {
 	ctx, stop := signalContext()
 	defer stop()
-	root := newRoot(app, commandWord(args))
+	word := commandWord(args)
+	root := newRoot(app, word)
+	if word == cobra.ShellCompRequestCmd || word == cobra.ShellCompNoDescRequestCmd {
+		addCompletions(root, app, args)
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	// On its way out: see db.TrimWAL (a running worker's store is left

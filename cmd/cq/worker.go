@@ -12,15 +12,16 @@ import (
 	"github.com/cq-dev/cq/internal/oneproc"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/worker"
+	"github.com/lmittmann/tint"
 	"github.com/spf13/cobra"
 )
 
 func newWorkerCmd(app *App) *cobra.Command {
 	var opt worker.Options
-	var idleExit, lease, grace string
+	var idleExit, lease, grace, logFormat string
 	cmd := &cobra.Command{
 		Use:   "worker",
-		Short: "Run tasks (one structured log line per event on stderr)",
+		Short: "Run tasks (one log line per event on stderr: JSON, or text on a terminal)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if oneproc.Saved > 0 {
@@ -59,6 +60,11 @@ func newWorkerCmd(app *App) *cobra.Command {
 				}
 				*d.dst = v
 			}
+			switch logFormat {
+			case "", "text", "json":
+			default:
+				return usageErr("--log-format: invalid format %q (want text or json)", logFormat)
+			}
 			if opt.Concurrency < 1 {
 				return usageErr("--concurrency must be 1 or more")
 			}
@@ -87,7 +93,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 			if exe, err := os.Executable(); err == nil {
 				opt.Executable = exe
 			}
-			opt.Log = slog.New(slog.NewJSONHandler(app.Stderr, nil))
+			opt.Log = slog.New(app.logHandler(logFormat))
 			return worker.New(st, opt).Run(cmd.Context())
 		},
 	}
@@ -99,6 +105,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 	f.StringVar(&lease, "lease", "90s", "lease TTL, renewed every TTL/3 (at least 3s)")
 	f.StringVar(&grace, "grace", "10s", "on stop or timeout, SIGTERM then SIGKILL after this long")
 	f.StringVar(&opt.Handlers, "handlers", "", "intent handlers folder (default $CQ_HANDLERS, <home>/handlers)")
+	f.StringVar(&logFormat, "log-format", "", "log as text or json (default: text on a terminal, else json)")
 	return cmd
 }
 
@@ -110,4 +117,20 @@ func newWorkerCmd(app *App) *cobra.Command {
 // disposition back (exec resets handled signals).
 func survivePipeClose() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+}
+
+// logHandler is the worker log's format: one JSON object per line, which
+// scripts and log collectors parse, unless stderr is a terminal (or
+// format is "text"); there a person reads it, as short coloured text.
+// Colour needs a terminal and no NO_COLOR in the environment
+// (no-color.org).
+func (a *App) logHandler(format string) slog.Handler {
+	tty := a.stderrIsTerminal()
+	if format == "json" || (format == "" && !tty) {
+		return slog.NewJSONHandler(a.Stderr, nil)
+	}
+	return tint.NewTextHandler(a.Stderr, &tint.Options{
+		TimeFormat: time.TimeOnly,
+		NoColor:    !tty || a.Getenv("NO_COLOR") != "",
+	})
 }

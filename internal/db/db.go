@@ -162,6 +162,48 @@ func OpenRead(ctx context.Context, path string) (*DB, error) {
 	return ro, nil
 }
 
+// OpenPeek opens an existing store for reads that must change nothing,
+// not even create a file: shell completion, which runs on every Tab press,
+// possibly against a home that was never made. The store is opened
+// read-only; when no -wal file is beside it, the file holds the whole
+// store and is opened immutable, so SQLite creates no -wal or -shm. A
+// missing store is fs.ErrNotExist, and one at another schema version
+// (one that needs a migration, or a newer cq's) is refused, untouched.
+func OpenPeek(ctx context.Context, path string) (*DB, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := fsutil.CheckFile(path, fi); err != nil {
+		return nil, err
+	}
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		if err := fsutil.CheckAbsentOrFile(p); err != nil {
+			return nil, err
+		}
+	}
+	extra := url.Values{"mode": {"ro"}}
+	if _, err := os.Lstat(path + "-wal"); errors.Is(err, fs.ErrNotExist) {
+		extra.Set("immutable", "1")
+	}
+	sqldb, err := sql.Open("sqlite3", dsn(path, extra))
+	if err != nil {
+		return nil, err
+	}
+	d := &DB{SQL: sqldb, Path: path}
+	v, err := d.checkVersion(ctx)
+	if err == nil && v != LatestVersion() {
+		err = fmt.Errorf("%s has schema version %d, not %d", path, v, LatestVersion())
+	}
+	if err != nil {
+		// A read-only connection neither checkpoints nor deletes files
+		// when it closes.
+		_ = sqldb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
 // dsn is the driver's name for the store at path, with cq's settings and
 // extra, SQLite URI parameters.
 func dsn(path string, extra url.Values) string {

@@ -46,3 +46,11 @@ func WriteRows(t testing.TB, sb *strings.Builder, d *sql.DB, q string, args ...a
 // own statements (startTx, finishTx) instead of the batched UPDATEs, so
 // that tests can check the two write the same.
 func RecordPerRow(s *Store) { s.perRow = true }
+
+// SetNarrowPrefix sets how many ids a prefix may match for CompletionIDs
+// to sort them all, so a small store takes the path of a wide prefix.
+func SetNarrowPrefix(n int) func() {
+	old := narrowPrefix
+	narrowPrefix = n
+	return func() { narrowPrefix = old }
+}
