@@ -390,18 +390,17 @@ func commandNotIDs(cmd *cobra.Command, st *queue.Store, args []string) error {
 		Msg: fmt.Sprintf("no task %q; to run a command, put it after --: cq enqueue -- %s", args[0], quoteWords(args))}
 }
 
+// shellSafe says whether c needs no quoting in a shell word.
+func shellSafe(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./=:,+@%", c)
+}
+
 // quoteWords shows args as a shell would need them typed, for a hint to
 // copy; it is printed, never run.
 func quoteWords(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		safe := a != ""
-		for _, c := range a {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./=:,+@%", c)) {
-				safe = false
-				break
-			}
-		}
+		safe := a != "" && strings.IndexFunc(a, func(c rune) bool { return !shellSafe(c) }) < 0
 		if safe {
 			out[i] = a
 		} else {
