@@ -239,7 +239,9 @@ ALTER TABLE runs ADD COLUMN lease_until_ns INTEGER;
 -- judged on the boot clock like a run's lease; last_seen is the wall time
 -- of the latest write, for display. The claim and finish paths never
 -- write here: the runs a worker holds are counted from runs when read.
-CREATE TABLE workers (
+-- IF NOT EXISTS: a store set back to an older user_version by hand (as
+-- the migration tests do) applies this section again.
+CREATE TABLE IF NOT EXISTS workers (
     id               TEXT PRIMARY KEY,
     host             TEXT NOT NULL,
     pid              INTEGER NOT NULL,
