@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,8 +109,10 @@ func TestWorkersListsLiveWorkers(t *testing.T) {
 		if len(f) != 8 {
 			t.Fatalf("cq workers row %q: %d cells, want 8", l, len(f))
 		}
-		var pid int
-		fmt.Sscan(f[2], &pid)
+		pid, err := strconv.Atoi(f[2])
+		if err != nil {
+			t.Fatalf("cq workers row %q: PID %q is not a number", l, f[2])
+		}
 		rowOf[pid] = strings.Join(f[:6], "\t")
 	}
 	for pid, want := range map[int]string{
