@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +24,7 @@ type specFlags struct {
 	id, shell, intent, payload, queue, key, priority string
 	timeout, delay, at, cwd                          string
 	after, env                                       []string
-	unique, hold                                     bool
+	unique, okIfActive, hold                         bool
 	retries                                          int
 }
 
@@ -35,6 +36,7 @@ func (f *specFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.queue, "queue", "", "queue (default \"default\")")
 	fs.StringVar(&f.key, "key", "", "serial lane key: tasks with one key run one at a time, in order")
 	fs.BoolVar(&f.unique, "unique", false, "refuse while another task with this --key is not finished")
+	fs.BoolVar(&f.okIfActive, "ok-if-active", false, "with --key: if a task with this key is not finished, print its id and exit 0 (implies --unique)")
 	fs.StringVar(&f.priority, "priority", "", "P0 (first) to P3 (default P2)")
 	fs.StringSliceVar(&f.after, "after", nil, "run only after these tasks are done (ID,…)")
 	fs.StringVar(&f.timeout, "timeout", "", "run time limit (default: the queue's)")
@@ -70,6 +72,12 @@ func (f *specFlags) spec(fs *pflag.FlagSet, argv []string) (queue.Spec, error) {
 		if len(argv) == 0 {
 			sp.Cmd = []string{}
 		}
+	}
+	if f.okIfActive {
+		if f.key == "" {
+			return sp, usageErr("--ok-if-active needs --key: it is the key's active task that makes a new one unneeded")
+		}
+		sp.Unique = true
 	}
 	if fs.Changed("id") && f.id == "" {
 		return sp, usageErr("--id is empty (leave it out for a generated id)")
@@ -248,9 +256,50 @@ func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqu
 			err = le.Err
 		}
 		printHolder(app, err)
+		// --ok-if-active: the key's active task does the work, and a
+		// cron line that names it must stay quiet.
+		if f.okIfActive && isHeldKey(err) {
+			return nil
+		}
 		return err
 	}
-	return printCreated(app, res, false)
+	if err := printCreated(app, res, false); err != nil {
+		return err
+	}
+	if enqueue {
+		hintNoWorker(ctx, app, st, res)
+	}
+	return nil
+}
+
+// isHeldKey reports whether err is a --unique refusal: the key is held by
+// an active task (named in the error).
+func isHeldKey(err error) bool {
+	var qe *queue.Error
+	return errors.As(err, &qe) && qe.Code == queue.CodeConflict && qe.Existing != ""
+}
+
+// noWorkerHint is what cq enqueue says on a terminal when the tasks it
+// queued have no live worker to run them.
+const noWorkerHint = "cq: no worker is running; start one with: cq worker"
+
+// hintNoWorker writes noWorkerHint, once, when stderr is a terminal, one
+// of res went to todo or blocked, and no worker is live. Never when
+// stderr is not a terminal: a script's stderr stays empty on success.
+func hintNoWorker(ctx context.Context, app *App, st *queue.Store, res []queue.Created) {
+	if !app.stderrIsTerminal() {
+		return
+	}
+	queued := false
+	for _, r := range res {
+		queued = queued || r.State == queue.TaskTodo || r.State == queue.TaskBlocked
+	}
+	if !queued {
+		return
+	}
+	if live, err := st.AnyWorkerLive(ctx); err == nil && !live {
+		fmt.Fprintln(app.Stderr, noWorkerHint)
+	}
 }
 
 // printHolder prints, for a --unique refusal, the task that holds the key
@@ -357,17 +406,21 @@ enqueue --spool [spec] -- CMD…     append to the spool without opening the dat
 					return err
 				}
 			}
-			return multi(app.Stderr, args, func(ref string) error {
+			var queued []queue.Created
+			err = multi(app.Stderr, args, func(ref string) error {
 				id, state, err := st.Enqueue(cmd.Context(), ref)
 				if err != nil {
 					return err
 				}
+				queued = append(queued, queue.Created{ID: id, State: state})
 				if app.jsonOut() {
 					return writeJSONLine(app.Stdout, map[string]string{"id": id, "state": state})
 				}
 				fmt.Fprintln(app.Stdout, id)
 				return nil
 			})
+			hintNoWorker(cmd.Context(), app, st, queued)
+			return err
 		},
 	}
 	f.register(cmd.Flags())
@@ -470,13 +523,20 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 		}
 		return err
 	}
-	return printCreated(app, res, true)
+	if err := printCreated(app, res, true); err != nil {
+		return err
+	}
+	hintNoWorker(cmd.Context(), app, st, res)
+	return nil
 }
 
 // enqueueSpool appends one spec to the spool without opening the
 // database. The line carries its id, an absolute cwd, and an absolute
 // time instead of a delay, so it means the same whenever it is drained.
 func enqueueSpool(cmd *cobra.Command, app *App, f *specFlags, argv []string) error {
+	if f.okIfActive {
+		return usageErr("--ok-if-active needs the store to find the key's active task; it cannot be used with --spool")
+	}
 	raw, err := f.spec(cmd.Flags(), argv)
 	if err != nil {
 		return err

@@ -39,6 +39,7 @@ var commands = map[string]func(*App) *cobra.Command{
 	"events":    newEventsCmd,
 	"heartbeat": newHeartbeatCmd,
 	"worker":    newWorkerCmd,
+	"workers":   newWorkersCmd,
 	"wait":      newWaitCmd,
 	"logs":      newLogsCmd,
 	"health":    newHealthCmd,
@@ -46,7 +47,7 @@ var commands = map[string]func(*App) *cobra.Command{
 }
 
 var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "clone", "hold", "release", "queue",
-	"events", "heartbeat", "worker", "wait", "logs", "health", "cleanup"}
+	"events", "heartbeat", "worker", "workers", "wait", "logs", "health", "cleanup"}
 
 // commandWord is the command a command line names: its first word that is
 // neither a global flag nor a global flag's value; "" when it cannot tell

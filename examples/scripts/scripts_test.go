@@ -242,9 +242,11 @@ func TestCrontab(t *testing.T) {
 	id := cqAt(t, home, "enqueue", "--", "true")
 	cqAt(t, home, "worker", "--once")
 	cmds := cronCommands(t)
-	if len(cmds) != 3 {
-		t.Fatalf("crontab has %d jobs, want heartbeat, cleanup and health: %q", len(cmds), cmds)
+	if len(cmds) != 4 {
+		t.Fatalf("crontab has %d jobs, want heartbeat, cleanup, health and an --ok-if-active enqueue: %q", len(cmds), cmds)
 	}
+	// The enqueue job twice: the second finds the first's task active.
+	cmds = append(cmds, cmds[3])
 	for _, c := range cmds {
 		c = strings.ReplaceAll(c, "/usr/local/bin/cq", cqBin)
 		c = strings.ReplaceAll(c, "/var/lib/node_exporter/textfile", textfiles)
@@ -263,6 +265,9 @@ func TestCrontab(t *testing.T) {
 	}
 	if out := cqAt(t, home, "ls", "-q", "--limit", "0"); strings.Contains(out, id) {
 		t.Fatalf("cleanup job left done task %s", id)
+	}
+	if out := cqAt(t, home, "ls", "-q", "--key", "mirror-sync"); len(strings.Fields(out)) != 1 {
+		t.Fatalf("the --ok-if-active job, run twice, stored %q; want one task", out)
 	}
 }
 

@@ -45,6 +45,10 @@ type Options struct {
 // tasks per queue): the next pass goes on.
 const warnSteps = 1000
 
+// deadWorkerKept is how long the row of a worker whose lease passed is
+// kept before a pass deletes it.
+const deadWorkerKept = 24 * time.Hour
+
 // Pass runs one maintenance pass (SPEC section 8): it drains the spool,
 // reaps runs whose lease expired (killing their process groups left on
 // this host), times out runs not started within their queue's start
@@ -114,6 +118,11 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 		return r, err
 	}
 	st.DB.SweepWorkerLocks()
+	// A worker gone without a word is no longer listed once its lease
+	// passed; its row is kept a while for someone reading the store.
+	if _, err := st.SweepWorkers(ctx, deadWorkerKept); err != nil {
+		return r, err
+	}
 	r.Killed = len(killed)
 	r.Summaries = WriteMissingSummaries(ctx, st, opt.Home)
 	if r.Promoted, err = st.PromoteDue(ctx); err != nil {

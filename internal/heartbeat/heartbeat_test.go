@@ -1482,3 +1482,38 @@ func TestSummaryNeverWrittenThroughALink(t *testing.T) {
 		})
 	}
 }
+
+// TestPassSweepsWorkersDeadForADay: a pass deletes the row of a worker
+// whose lease passed more than a day ago, and keeps one dead for less
+// (its start time shows whether a later sign of life found it kept).
+func TestPassSweepsWorkersDeadForADay(t *testing.T) {
+	t.Parallel()
+	e := hbSetup(t)
+	seen := func(id string) {
+		t.Helper()
+		if err := e.st.WorkerSeen(e.ctx, queue.WorkerParams{ID: id, Host: "h", PID: 1, Concurrency: 1, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen("long-dead")
+	e.clk.Add(2 * time.Hour)
+	seen("recent")
+	e.clk.Add(23 * time.Hour)
+	e.pass(heartbeat.Options{})
+	seen("long-dead")
+	seen("recent")
+	ws, err := e.st.Workers(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := map[string]string{}
+	for _, w := range ws {
+		started[w.ID] = w.StartedAt
+	}
+	if want := queue.FormatTime(e.clk.Now()); started["long-dead"] != want {
+		t.Errorf("long-dead started %s, want %s: its row should have been deleted and written anew", started["long-dead"], want)
+	}
+	if want := queue.FormatTime(hbT0.Add(2 * time.Hour)); started["recent"] != want {
+		t.Errorf("recent started %s, want %s: its row should have been kept", started["recent"], want)
+	}
+}

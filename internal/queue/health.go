@@ -162,6 +162,18 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("%d task(s) waiting in todo longer than their queue's warn-after", waiting))
 	}
 
+	// Work that waits with no worker to take it: the verdict is left as
+	// it is (a backlog has its own row), but the likeliest cause is said.
+	if h.Backlog > 0 {
+		live, err := anyWorkerLive(ctx, q, s.leaseNow(now))
+		if err != nil {
+			return nil, err
+		}
+		if !live {
+			h.Warnings = append(h.Warnings, NoWorkerWarning(h.Backlog))
+		}
+	}
+
 	if v, ok, err := systemState(ctx, q, "last_heartbeat"); err != nil {
 		return nil, err
 	} else if ok {
@@ -169,6 +181,16 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	}
 	h.Status, h.Warnings = verdict(h, th, now, h.Warnings)
 	return h, nil
+}
+
+// NoWorkerWarning is cq health's warning when n tasks are runnable and
+// no worker is live.
+func NoWorkerWarning(n int) string {
+	tasks := "tasks"
+	if n == 1 {
+		tasks = "task"
+	}
+	return fmt.Sprintf("%d %s runnable and no worker is live (start one: cq worker)", n, tasks)
 }
 
 func scanCounts(rows *sql.Rows, into map[string]int) error {

@@ -27,6 +27,7 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		"expired leases":  {sqlExpiredLeases, []any{"b", "x", "b", 1}},
 		"queue live":      {sqlQueueLive, []any{"q"}},
 		"live on host":    {sqlLiveRunsOnHost, []any{"h"}},
+		"runs by worker":  {sqlWorkerRuns, nil},
 	} {
 		if plan := queryPlan(t, d.SQL, q.sql, q.args...); !strings.Contains(plan, "USING INDEX runs_live") {
 			t.Errorf("%s does not read runs_live:\n%s", name, plan)

@@ -249,6 +249,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	} else {
 		w.log.Warn("worker.lock_failed", "error", err.Error())
 	}
+	// Listed by cq workers from now on; a clean stop, whatever its cause,
+	// takes the row away once the runs are released (the keeper, which
+	// refreshes it, has stopped by then: see the deferred calls below).
+	if err := w.st.WorkerSeen(ctx, w.workerParams()); err != nil && ctx.Err() == nil {
+		w.log.Warn("store.error", "op", "worker.seen", "error", err.Error())
+	}
+	defer func() {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.st.WorkerLeft(lctx, w.id); err != nil {
+			w.log.Warn("store.error", "op", "worker.left", "error", err.Error())
+		}
+	}()
 	w.summaries, w.summaryDone = make(chan queue.Run, 1024), make(chan struct{})
 	go func() {
 		defer close(w.summaryDone)
@@ -695,9 +708,16 @@ func (w *Worker) liveRuns() []*run {
 // keepLeases renews every live run's lease each Lease/3. A renewal may
 // block (the store busy or unreachable), so the 2/3-TTL deadline is
 // watched by watchLeases on a goroutine of its own that never touches the
-// store.
+// store, and the worker's own row is kept by keepSeen on another, so
+// that its write never delays a renewal.
 func (w *Worker) keepLeases(ctx context.Context) {
 	go w.watchLeases(ctx)
+	// Waited for: a write of the row after the clean stop's delete
+	// would list this worker as live for another lease TTL.
+	var seen sync.WaitGroup
+	seen.Add(1)
+	go func() { defer seen.Done(); w.keepSeen(ctx) }()
+	defer seen.Wait()
 	every := w.opt.Lease / 3
 	tick := time.NewTicker(min(every/4, time.Second))
 	defer tick.Stop()
@@ -725,6 +745,34 @@ func (w *Worker) keepLeases(ctx context.Context) {
 			case ctx.Err() == nil:
 				w.log.Error("store.error", "op", "renew", "run", r.c.RunID, "error", err.Error())
 			}
+		}
+	}
+}
+
+// workerParams is what the workers table says of this worker.
+func (w *Worker) workerParams() queue.WorkerParams {
+	return queue.WorkerParams{ID: w.id, Host: w.host, PID: os.Getpid(), Queues: w.opt.Queues,
+		Concurrency: w.opt.Concurrency, Lease: w.opt.Lease}
+}
+
+// keepSeen writes the worker's row each Lease/3, as the leases of its
+// runs are renewed: it counts as live until a lease TTL passes without
+// one.
+func (w *Worker) keepSeen(ctx context.Context) {
+	every := w.opt.Lease / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, every)
+		err := w.st.WorkerSeen(sctx, w.workerParams())
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log.Error("store.error", "op", "worker.seen", "error", err.Error())
 		}
 	}
 }
