@@ -59,15 +59,21 @@ func newCleanupCmd(app *App) *cobra.Command {
 						fmt.Fprintln(app.Stdout, strings.Join(ids, "\n"))
 					}
 				}
+				var bar *progressBar
 				if app.stderrIsTerminal() {
-					opt.Progress = func(c map[string]int) {
-						fmt.Fprintf(app.Stderr, "\rcleanup: %d done, %d cancelled, %d failed deleted", c[queue.TaskDone], c[queue.TaskCancelled], c[queue.TaskFailed])
+					// The bar's total costs a count first, paid only at a
+					// terminal.
+					expired, err := st.ExpiredCounts(ctx, r)
+					if err != nil {
+						return err
+					}
+					if total := sumCounts(expired); total > 0 {
+						bar = app.newProgress("deleting", total)
+						opt.Progress = func(c map[string]int) { bar.set(sumCounts(c)) }
 					}
 				}
 				counts, err = heartbeat.Cleanup(ctx, st, opt)
-				if opt.Progress != nil && counts[queue.TaskDone]+counts[queue.TaskCancelled]+counts[queue.TaskFailed] > 0 {
-					fmt.Fprintln(app.Stderr)
-				}
+				bar.finish(err == nil)
 			}
 			if err != nil || app.Quiet {
 				return err
@@ -89,4 +95,9 @@ func newCleanupCmd(app *App) *cobra.Command {
 	f.StringVar(&failed, "failed", "14d", "keep failed tasks this long")
 	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted (counts per state; with -q the ids); delete nothing")
 	return cmd
+}
+
+// sumCounts is the number of tasks of cleanup's counts per state.
+func sumCounts(c map[string]int) int {
+	return c[queue.TaskDone] + c[queue.TaskCancelled] + c[queue.TaskFailed]
 }

@@ -463,6 +463,10 @@ func quoteWords(args []string) string {
 	return strings.Join(out, " ")
 }
 
+// batchProgressMin is the batch size above which cq enqueue --batch shows
+// a progress bar on a terminal: a smaller one is stored too fast to see.
+const batchProgressMin = 1000
+
 // enqueueBatch stores every line of the input in one transaction, or
 // nothing.
 func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
@@ -514,7 +518,15 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	if err != nil {
 		return err
 	}
-	res, err := st.Create(cmd.Context(), specs, queue.CreateOptions{Enqueue: true})
+	opt := queue.CreateOptions{Enqueue: true}
+	var bar *progressBar
+	if len(specs) > batchProgressMin {
+		if bar = app.newProgress("storing", len(specs)); bar != nil {
+			opt.Progress = bar.set
+		}
+	}
+	res, err := st.Create(cmd.Context(), specs, opt)
+	bar.finish(err == nil)
 	if err != nil {
 		var le *queue.LineError
 		if errors.As(err, &le) {

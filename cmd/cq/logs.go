@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -14,15 +15,39 @@ import (
 )
 
 func newLogsCmd(app *App) *cobra.Command {
-	var runN int
-	var stderr, follow bool
+	var runN, tail int
+	var stderr, follow, both bool
 	cmd := &cobra.Command{
 		Use:   "logs ID",
-		Short: "Print the output of a task's latest run (--run N, --stderr, --follow)",
-		Args:  exactArgs(1, "logs takes one task id"),
+		Short: "Print the output of a task's latest run (--run N, --stderr, --both, --tail N, --follow)",
+		Long: `--follow (-f) prints the output as it is written until the run ends; on a
+task with no run yet (or no run N) it first waits for that run.
+
+--both prints stdout and stderr together, whole lines only. The files
+keep no time of writing: what was already written when cq logs reads it
+prints stdout's lines first, then stderr's. With --follow, lines print in
+the order cq logs finds them, looking every tenth of a second: lines
+written further apart than that keep their order across the two streams.
+
+--tail N prints only the last N lines (of each stream with --both), then
+follows with --follow.
+
+Exit codes: 0 printed (with --follow: the run ended, or cq logs was
+interrupted); 1 bad usage or an error; 4 no such task, no run yet (no run
+N), or the run's output deleted; with --follow, 4 only when the task ended
+without that run.`,
+		Args: exactArgs(1, "logs takes one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("run") && runN < 1 {
 				return usageErr("--run: want an attempt number, 1 or more")
+			}
+			if stderr && both {
+				return usageErr("give --stderr or --both, not both")
+			}
+			if !cmd.Flags().Changed("tail") {
+				tail = -1
+			} else if tail < 0 {
+				return usageErr("--tail: want a number of lines, 0 or more")
 			}
 			ctx := cmd.Context()
 			st, err := app.ReadStore(ctx)
@@ -33,48 +58,78 @@ func newLogsCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			runs := *t.Runs
-			if len(runs) == 0 {
-				return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has no run yet"}
-			}
-			r := runs[len(runs)-1]
-			if cmd.Flags().Changed("run") {
-				if runN > len(runs) {
-					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has no run " + itoa(runN)}
+			// With --follow, wait for the run to exist; without, or once
+			// the task has ended (no run comes after), it is not found.
+			var r queue.Run
+			for {
+				runs := *t.Runs
+				n := len(runs)
+				if cmd.Flags().Changed("run") {
+					n = runN
 				}
-				r = runs[runN-1]
+				if n >= 1 && n <= len(runs) {
+					r = runs[n-1]
+					break
+				}
+				missing := "no run yet"
+				if cmd.Flags().Changed("run") {
+					missing = "no run " + itoa(runN)
+				}
+				if follow && queue.TaskTerminal(t.State) {
+					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " ended " + t.State + " with " + missing}
+				}
+				if !follow {
+					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has " + missing}
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(waitPoll):
+				}
+				if outputGone(app.Stdout) {
+					return errOutputGone
+				}
+				if t, err = st.Get(ctx, t.ID); err != nil {
+					return err
+				}
 			}
 			home, _ := app.Home()
-			name := "stdout.log"
-			if stderr {
-				name = "stderr.log"
+			dir := filepath.Join(home, "runs", r.ID)
+			var files []*logFile
+			switch {
+			case both:
+				files = []*logFile{{path: filepath.Join(dir, "stdout.log")}, {path: filepath.Join(dir, "stderr.log")}}
+			case stderr:
+				files = []*logFile{{path: filepath.Join(dir, "stderr.log")}}
+			default:
+				files = []*logFile{{path: filepath.Join(dir, "stdout.log")}}
 			}
-			path := filepath.Join(home, "runs", r.ID, name)
-			var off int64
 			for {
-				// Read the state before the file, so the last bytes written
-				// before the run ended are always printed.
+				// Read the state before the files, so the last bytes
+				// written before the run ended are always printed.
 				state, err := st.RunState(ctx, r.ID)
 				if err != nil {
 					return err
 				}
-				n, err := copyFrom(app.Stdout, path, off)
-				if errors.Is(err, os.ErrNotExist) {
-					// Nothing written yet, or a run that never started
-					// (its spawn failed, it timed out queued): no output.
-					// A started run had its folder made before its
-					// process: one gone since was deleted, and printing
-					// nothing would pass for empty output.
-					if r.StartedAt != nil && !exists(filepath.Dir(path)) {
-						return &queue.Error{Code: queue.CodeNotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + filepath.Dir(path)}
+				last := !follow || queue.RunTerminal(state)
+				for _, f := range files {
+					err := f.print(app.Stdout, tail, both, last)
+					if errors.Is(err, os.ErrNotExist) {
+						// Nothing written yet, or a run that never started
+						// (its spawn failed, it timed out queued): no
+						// output. A started run had its folder made before
+						// its process: one gone since was deleted, and
+						// printing nothing would pass for empty output.
+						if r.StartedAt != nil && !exists(dir) {
+							return &queue.Error{Code: queue.CodeNotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + dir}
+						}
+						err = nil
 					}
-					err = nil
+					if err != nil {
+						return err
+					}
 				}
-				if err != nil {
-					return err
-				}
-				off += n
-				if !follow || queue.RunTerminal(state) {
+				if last {
 					return nil
 				}
 				select {
@@ -90,8 +145,121 @@ func newLogsCmd(app *App) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&runN, "run", 0, "the run with this attempt number (default the latest)")
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
-	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing until the run ends")
+	cmd.Flags().BoolVar(&both, "both", false, "print stdout and stderr together, line by line")
+	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N lines (of each stream with --both)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends (wait for the run if it has not started)")
 	return cmd
+}
+
+// logFile is one output file of a run being printed.
+type logFile struct {
+	path   string
+	off    int64 // the next byte to print
+	tailed bool  // the start --tail asks for has been found
+	// partial is the start of a line not ended yet (--both prints whole
+	// lines only, so that the two streams' lines do not mix).
+	partial []byte
+}
+
+// maxPartial bounds a line held back by --both: a longer one is printed
+// as it is.
+const maxPartial = 64 << 10
+
+// print prints what was written to the file since the last call, from
+// the last tail lines on the first (tail < 0: all). In lines mode it
+// prints only whole lines, unless last: then a line without its newline
+// is printed too, ended with one.
+func (f *logFile) print(w io.Writer, tail int, lines, last bool) error {
+	if tail >= 0 && !f.tailed {
+		off, err := tailOffset(f.path, tail)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		// A file not made yet holds nothing to skip.
+		f.off, f.tailed = off, true
+	}
+	if !lines {
+		n, err := copyFrom(w, f.path, f.off)
+		f.off += n
+		return err
+	}
+	fh, err := fsutil.OpenExisting(f.path, os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	if _, err := fh.Seek(f.off, io.SeekStart); err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		k, rerr := fh.Read(buf)
+		f.off += int64(k)
+		b := buf[:k]
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			if _, err := w.Write(append(f.partial, b[:i+1]...)); err != nil {
+				return err
+			}
+			f.partial = append(f.partial[:0], b[i+1:]...)
+		} else {
+			f.partial = append(f.partial, b...)
+		}
+		if len(f.partial) >= maxPartial {
+			if _, err := w.Write(f.partial); err != nil {
+				return err
+			}
+			f.partial = f.partial[:0]
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if last && len(f.partial) > 0 {
+		if _, err := w.Write(append(f.partial, '\n')); err != nil {
+			return err
+		}
+		f.partial = f.partial[:0]
+	}
+	return nil
+}
+
+// tailOffset is where the last n lines of path begin (a last line with
+// no newline counts as a line).
+func tailOffset(path string, n int) (int64, error) {
+	f, err := fsutil.OpenExisting(path, os.O_RDONLY)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	if n == 0 {
+		return size, nil
+	}
+	buf := make([]byte, 64<<10)
+	for pos := size; pos > 0; {
+		k := min(int64(len(buf)), pos)
+		pos -= k
+		if _, err := f.ReadAt(buf[:k], pos); err != nil {
+			return 0, err
+		}
+		for i := k - 1; i >= 0; i-- {
+			// The newline that ends the file ends the last line; it
+			// starts none.
+			if buf[i] == '\n' && pos+i != size-1 {
+				if n--; n == 0 {
+					return pos + i + 1, nil
+				}
+			}
+		}
+	}
+	return 0, nil
 }
 
 // copyFrom copies path from offset off to w. A log that is not a

@@ -13,30 +13,37 @@ import (
 	"github.com/creack/pty"
 )
 
-// runPTY runs cq with its stdin, stdout and stderr on one pseudo-terminal
-// of cols×rows, in dir with env, and returns all it wrote ("\r\n" read as
-// "\n") and its exit code. A run that outlives its deadline fails the test.
+// ptyTimeout bounds one command run on a pseudo-terminal.
+const ptyTimeout = 60 * time.Second
+
+// runPTY runs cq (this test binary, from $PATH) with env in dir, its
+// stdin, stdout and stderr on one pseudo-terminal of cols×rows, reads
+// everything it writes until it exits, and returns that output with
+// "\r\n" turned into "\n", and the exit code.
 func runPTY(t *testing.T, env []string, dir string, cols, rows int, args ...string) (out string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ptyTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "cq", args...)
 	cmd.Env, cmd.Dir = env, dir
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
 	if err != nil {
-		t.Fatalf("cq %v on a pty: %v", args, err)
+		t.Fatalf("cq %s on a pty: %v", strings.Join(args, " "), err)
 	}
 	defer f.Close()
 	var buf bytes.Buffer
-	// Reading ends with EIO once the child has exited and closed its side.
+	// The read ends with EIO once the process (and anything it left
+	// holding the terminal) is gone.
 	_, _ = io.Copy(&buf, f)
 	err = cmd.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("cq %v on a pty did not end within its deadline; it wrote %q", args, buf.String())
+		t.Fatalf("cq %s on a pty: did not end within %v; output %q", strings.Join(args, " "), ptyTimeout, buf.String())
 	}
 	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("cq %v on a pty: %v", args, err)
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("cq %s on a pty: %v", strings.Join(args, " "), err)
 	}
-	return strings.ReplaceAll(buf.String(), "\r\n", "\n"), cmd.ProcessState.ExitCode()
+	return strings.ReplaceAll(buf.String(), "\r\n", "\n"), code
 }

@@ -2,24 +2,46 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // waitPoll is how often cq wait and cq logs --follow look again.
 const waitPoll = 100 * time.Millisecond
 
 func newWaitCmd(app *App) *cobra.Command {
-	var timeout string
+	var timeout, queueName string
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "wait ID…",
+		Use:   "wait ID… | wait --queue Q | wait --all",
 		Short: "Block until every task is done, failed or cancelled",
-		Long: `Exit codes: 0 all done; 1 any ended failed or cancelled (named on stderr);
-124 the --timeout came first; 4 an unknown id (at once); 130 (143)
-interrupted by SIGINT (SIGTERM).`,
-		Args: minArgs(1, "wait needs at least one task id"),
+		Long: `--queue Q or --all instead of ids: every task of that queue (or of the
+store) not yet done, failed or cancelled when cq wait starts; none is no
+error (exit 0 at once). With stderr on a terminal, one line rewritten in
+place counts the tasks done, failed, running and waiting.
+
+Exit codes: 0 all done; 1 any ended failed or cancelled (named on stderr);
+124 the --timeout came first (the tasks not yet ended named on stderr); 4 an
+unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			byQueue := cmd.Flags().Changed("queue")
+			switch {
+			case byQueue && all:
+				return usageErr("give --queue or --all, not both")
+			case (byQueue || all) && len(args) > 0:
+				return usageErr("give task ids or --queue/--all, not both")
+			case byQueue && queueName == "":
+				return usageErr("--queue is empty (name a queue, or use --all)")
+			case !byQueue && !all:
+				return minArgs(1, "wait needs at least one task id")(cmd, args)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			deadline, err := timeoutFlag(cmd, timeout)
 			if err != nil {
@@ -30,15 +52,35 @@ interrupted by SIGINT (SIGTERM).`,
 			if err != nil {
 				return err
 			}
-			// Every id is looked up and every bad one reported (SPEC
-			// section 5); then, if any was bad, the first one's code.
-			ids := make([]string, 0, len(args))
-			if err := multi(app.Stderr, args, func(ref string) error {
-				id, err := findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) })
-				ids = append(ids, id)
-				return err
-			}); err != nil {
-				return err
+			var ids []string
+			if len(args) > 0 {
+				// Every id is looked up and every bad one reported (SPEC
+				// section 5); then, if any was bad, the first one's code.
+				ids = make([]string, 0, len(args))
+				if err := multi(app.Stderr, args, func(ref string) error {
+					id, err := findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) })
+					ids = append(ids, id)
+					return err
+				}); err != nil {
+					return err
+				}
+			} else {
+				// The set is fixed now: a task created later is not waited
+				// for, so a steady producer cannot make the wait endless.
+				f := queue.ListFilter{States: unfinishedStates, Queue: queueName}
+				if err := st.ListIDEach(ctx, f, func(id string) error {
+					ids = append(ids, id)
+					return nil
+				}); err != nil {
+					return err
+				}
+				if len(ids) == 0 {
+					return nil
+				}
+			}
+			var line *waitLine
+			if app.stderrIsTerminal() {
+				line = &waitLine{w: app.Stderr, start: time.Now()}
 			}
 			tick := time.NewTicker(waitPoll)
 			defer tick.Stop()
@@ -49,29 +91,60 @@ interrupted by SIGINT (SIGTERM).`,
 				return err
 			}
 			defer stopWatch()
+			// The counts are taken only after a look, and only for the
+			// line: a wait on a whole store may hold a million ids.
+			var counts waitTally
+			look := func() (int, []string, error) {
+				pending, bad, err := w.look(ids)
+				if line != nil && err == nil {
+					counts = w.tally(ids)
+				}
+				return pending, bad, err
+			}
+			// end reports how the wait ends once no task is pending.
+			end := func(bad []string) error {
+				line.finish(counts)
+				for _, b := range bad {
+					fmt.Fprintln(app.Stderr, "cq: "+oneLine(b))
+				}
+				if len(bad) > 0 {
+					return silentExit(exitError)
+				}
+				return nil
+			}
 			for {
 				if ch, err := changed(); err != nil || ch {
-					pending, bad, err := w.look(ids)
+					pending, bad, err := look()
 					if err != nil && ctx.Err() != nil {
+						line.finish(counts)
 						return silentExit(exitInterrupted)
 					}
 					if err != nil {
+						line.finish(counts)
 						return err
 					}
 					if pending == 0 {
-						for _, b := range bad {
-							fmt.Fprintln(app.Stderr, "cq: "+oneLine(b))
-						}
-						if len(bad) > 0 {
-							return silentExit(exitError)
-						}
-						return nil
+						return end(bad)
 					}
 				}
+				line.draw(counts)
 				select {
 				case <-ctx.Done():
+					line.finish(counts)
 					return silentExit(exitInterrupted)
 				case <-deadline:
+					// One last look, so the tasks named are those still
+					// not ended at the deadline, not at the last change.
+					pending, bad, err := look()
+					if err != nil {
+						line.finish(counts)
+						return err
+					}
+					if pending == 0 {
+						return end(bad)
+					}
+					line.finish(counts)
+					w.namePending(app.Stderr, ids)
 					return silentExit(exitTimeout)
 				case <-tick.C:
 				}
@@ -79,7 +152,138 @@ interrupted by SIGINT (SIGTERM).`,
 		},
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "give up after this long (exit 124)")
+	cmd.Flags().StringVar(&queueName, "queue", "", "wait for every task of this queue not yet ended")
+	cmd.Flags().BoolVar(&all, "all", false, "wait for every task in the store not yet ended")
 	return cmd
+}
+
+// unfinishedStates are the task states cq wait --queue and --all wait on.
+var unfinishedStates = []string{queue.TaskInbox, queue.TaskTodo, queue.TaskBlocked, queue.TaskDoing}
+
+// maxNamed bounds the tasks a timed-out cq wait names one per line: a
+// wait on a whole queue may leave thousands.
+const maxNamed = 20
+
+// namePending writes one line per task not yet ended, as last seen.
+func (w *waiter) namePending(out io.Writer, ids []string) {
+	left := w.unfinished(ids)
+	for i, id := range left {
+		if i == maxNamed {
+			fmt.Fprintf(out, "cq: timed out; %d more tasks not ended\n", len(left)-maxNamed)
+			break
+		}
+		fmt.Fprintf(out, "cq: timed out; task %s is still %s\n", id, w.seen[id].State)
+	}
+}
+
+// waitTally counts the tasks of one cq wait by how they stand.
+type waitTally struct {
+	total, done, failed, cancelled, running, waiting int
+}
+
+// tally counts ids as last seen; a task deleted before it was seen ended
+// counts as failed, since it fails the wait.
+func (w *waiter) tally(ids []string) waitTally {
+	var c waitTally
+	counted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if counted[id] {
+			continue
+		}
+		counted[id] = true
+		c.total++
+		if w.lost[id] {
+			c.failed++
+			continue
+		}
+		switch w.seen[id].State {
+		case queue.TaskDone:
+			c.done++
+		case queue.TaskFailed:
+			c.failed++
+		case queue.TaskCancelled:
+			c.cancelled++
+		case queue.TaskDoing:
+			c.running++
+		default:
+			c.waiting++
+		}
+	}
+	return c
+}
+
+// waitLine is cq wait's live line on a terminal: rewritten in place as
+// the counts or the elapsed time change, ended with a newline. A nil
+// waitLine (stderr is no terminal) draws nothing.
+type waitLine struct {
+	w     io.Writer
+	start time.Time
+	last  string
+}
+
+// text renders c and the elapsed time, e.g.
+// "12/40 done · 1 failed · 3 running · 24 waiting · 0:42".
+func (c waitTally) text(elapsed time.Duration) string {
+	s := fmt.Sprintf("%d/%d done · %d failed", c.done, c.total, c.failed)
+	if c.cancelled > 0 {
+		s += fmt.Sprintf(" · %d cancelled", c.cancelled)
+	}
+	s += fmt.Sprintf(" · %d running · %d waiting · %s", c.running, c.waiting, clockText(elapsed))
+	return s
+}
+
+// clockText is d as m:ss, or h:mm:ss from an hour.
+func clockText(d time.Duration) string {
+	secs := int(d / time.Second)
+	if secs >= 3600 {
+		return fmt.Sprintf("%d:%02d:%02d", secs/3600, secs/60%60, secs%60)
+	}
+	return fmt.Sprintf("%d:%02d", secs/60, secs%60)
+}
+
+func (l *waitLine) draw(c waitTally) {
+	if l == nil {
+		return
+	}
+	s := c.text(time.Since(l.start))
+	if width := stderrWidth(l.w); width > 1 {
+		// A line longer than the terminal wraps, and \r would then
+		// rewrite only its last row. The last column stays free: some
+		// terminals wrap once it is written.
+		if r := []rune(s); len(r) > width-1 {
+			s = string(r[:width-2]) + "…"
+		}
+	}
+	if s == l.last {
+		return
+	}
+	l.last = s
+	// \r back to the start, the text, then erase what a longer earlier
+	// text left to the right.
+	fmt.Fprint(l.w, "\r"+s+"\x1b[K")
+}
+
+// finish draws the final counts and ends the line, so that what follows
+// (errors, the shell's prompt) starts on a line of its own.
+func (l *waitLine) finish(c waitTally) {
+	if l == nil {
+		return
+	}
+	l.draw(c)
+	fmt.Fprintln(l.w)
+}
+
+// stderrWidth is the width of the terminal w is, or 0.
+func stderrWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return width
 }
 
 // timeoutFlag reads cmd's --timeout flag: nil (no deadline) when it is

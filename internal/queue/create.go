@@ -46,7 +46,14 @@ type CreateOptions struct {
 	// Enqueue passes new tasks through the gateway step at once (todo or
 	// blocked) instead of leaving them in inbox.
 	Enqueue bool
+	// Progress, if set, is told how many specs are stored so far, every
+	// ProgressEvery specs and at the end; a transaction tried again
+	// starts again from 0.
+	Progress func(stored int)
 }
+
+// ProgressEvery is how often Create tells CreateOptions.Progress.
+const ProgressEvery = 256
 
 // Create stores specs in one transaction: all or nothing. A failure of a
 // spec is returned as a *LineError carrying its 1-based position. Specs
@@ -88,8 +95,17 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 				}
 			}
 			out = append(out, r)
+			if opt.Progress != nil && len(out)%ProgressEvery == 0 {
+				opt.Progress(len(out))
+			}
 		}
-		return flush()
+		if err := flush(); err != nil {
+			return err
+		}
+		if opt.Progress != nil {
+			opt.Progress(len(out))
+		}
+		return nil
 	})
 	return out, err
 }
