@@ -404,7 +404,7 @@ done
 # --- per-run files ----------------------------------------------------------------
 #
 # What the worker's per-run folder costs on this file system, alone: mkdir
-# and three file creations (SPEC section 1's runs/<run_id>/ layout), in the
+# and three file creations (the runs/<run_id>/ layout of docs/semantics.md), in the
 # folder the cq homes live in.
 
 say "measuring per-run folders: $N of them …"

@@ -121,7 +121,7 @@ awk '
 			info("  floor: same rows + id key + claim index", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 		k = "BenchmarkFloorEnqueueBatchTimed|tasks/s"
 		if (has(k))
-			info("  floor: same + the times SPEC prints", "(3 per task)", sprintf("%.1fk/s", f[k] / 1000))
+			info("  floor: same + the times cq prints", "(3 per task)", sprintf("%.1fk/s", f[k] / 1000))
 		k = "BenchmarkFloorEnqueueBatchCqTables|tasks/s"
 		if (has(k))
 			info("  floor: same rows into the cq schema", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))

@@ -40,7 +40,7 @@ type App struct {
 	drainSkipped bool
 }
 
-// Home resolves the home folder (SPEC section 1) and creates it private.
+// Home resolves the home folder (docs/operations.md, Home and files) and creates it private.
 func (a *App) Home() (string, error) {
 	if a.home != "" {
 		return a.home, nil
@@ -244,7 +244,7 @@ func (a *App) format() string {
 }
 
 // jsonOut reports whether a command that prints ids prints JSON instead:
-// -o json or jsonl, unless -q asks for the ids alone (SPEC section 5).
+// -o json or jsonl, unless -q asks for the ids alone (docs/commands.md, Global flags and output).
 func (a *App) jsonOut() bool {
 	return !a.Quiet && (a.format() == "json" || a.format() == "jsonl")
 }

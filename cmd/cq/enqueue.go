@@ -303,7 +303,7 @@ func hintNoWorker(ctx context.Context, app *App, st *queue.Store, res []queue.Cr
 }
 
 // printHolder prints, for a --unique refusal, the task that holds the key
-// (SPEC: exit 3, the existing task id on stdout): its id, or with -o json
+// (exit 3, the existing task id on stdout: docs/semantics.md, Unique keys): its id, or with -o json
 // one {id, state} object, the shape of one created task.
 func printHolder(app *App, err error) {
 	var qe *queue.Error

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Exit codes (SPEC section 5). This file is the one place errors become
+// Exit codes (docs/commands.md, Exit codes). This file is the one place errors become
 // exit codes.
 const (
 	exitOK       = 0
@@ -83,7 +83,7 @@ func oneLine(msg string) string {
 }
 
 // multi runs fn for each id on its own, reports each failure on stderr,
-// and returns the first failure's code (SPEC section 5).
+// and returns the first failure's code (docs/commands.md, Exit codes).
 func multi(stderr io.Writer, ids []string, fn func(id string) error) error {
 	first := 0
 	for _, id := range ids {

@@ -3,8 +3,8 @@ package main
 // Where cq expects a file or folder of its own in its home (the spool,
 // its lock and rejected file, the database and its sides, the runs
 // folder), a symbolic link, a FIFO or a device is refused with one line
-// and exit 1, and what a link points at is left as it was (SPEC section
-// 1). These tests run the real binary with a deadline: a FIFO opened
+// and exit 1, and what a link points at is left as it was
+// (docs/failure-modes.md). These tests run the real binary with a deadline: a FIFO opened
 // without care would block it for good.
 
 import (

@@ -85,7 +85,7 @@ func (a *App) printTasks(tasks []*queue.Task) error {
 }
 
 // noteLeftOut ends a drawn list that the limit cut short with how many
-// matched (SPEC section 5): counted only then, so that a list that shows
+// matched (docs/commands.md, Global flags and output): counted only then, so that a list that shows
 // everything, or one a script reads, costs no second query.
 func (a *App) noteLeftOut(ctx context.Context, st *queue.Store, f queue.ListFilter, shown int) error {
 	if f.Limit == 0 || shown < f.Limit || a.Quiet || a.format() != "table" || !a.stdoutIsTerminal() {

@@ -3,8 +3,8 @@
 //
 // The runtime's periodic GOMAXPROCS update (it re-reads the cgroup CPU
 // limit from sysmon) is off: a cq command lives a few milliseconds, and
-// the re-read cost every one of them about 0.2 ms (7 % of cq --version,
-// interleaved runs). GOMAXPROCS is still set from the CPU limit at start.
+// the re-read was a measurable part of each (docs/performance.md).
+// GOMAXPROCS is still set from the CPU limit at start.
 //
 //go:debug updatemaxprocs=0
 package main

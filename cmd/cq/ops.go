@@ -15,7 +15,7 @@ import (
 type stateOp func(ctx context.Context, ref, reason string) (id, state string, err error)
 
 // newTaskOpCmd builds cancel, retry, hold and release: several ids, each
-// handled on its own (SPEC section 5).
+// handled on its own (docs/commands.md, Exit codes).
 func newTaskOpCmd(app *App, use, short string, op func(st *queue.Store) stateOp) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{

@@ -1,7 +1,7 @@
 package main
 
-// The operational commands proven through the real binary (SPEC sections
-// 5, 7, 8): cq heartbeat, cq cleanup, cq health.
+// The operational commands proven through the real binary
+// (docs/operations.md): cq heartbeat, cq cleanup, cq health.
 //
 // TestOpsScripts runs testdata/ops/*.txtar with the custom commands of
 // script_test.go (status, jq, envout, mode, sql, lines, waitlines). The Go
@@ -555,7 +555,8 @@ func (w *opsWorker) exited() bool {
 // fail, fail once and retry, and while two workers are SIGKILLed mid-run.
 // Every heartbeat exits 0 silently; the lost runs are reaped lease_expired;
 // no run is reaped after it ended, no run ends twice, and no task is
-// promoted twice for one retry (SPEC sections 3, 6, 8).
+// promoted twice for one retry (docs/semantics.md, Retries and backoff; docs/operations.md,
+// Heartbeat).
 func TestOpsHeartbeatBesideWorkers(t *testing.T) {
 	e := opsNewEnv(t)
 	e.ok("queue", "set", "default", "--retries", "1", "--backoff", "200ms", "--transient-retries", "0")
@@ -1146,8 +1147,8 @@ func TestReasonMustBeText(t *testing.T) {
 
 // TestCancelOfAQueuedRunKillsItsProcess: a worker claimed the task,
 // started its process and stalled before recording the start (the run is
-// still queued). cq cancel ends the run and the task at once (SPEC
-// section 3), so it kills that process on this host before its commit
+// still queued). cq cancel ends the run and the task at once
+// (docs/semantics.md, Cancel), so it kills that process on this host before its commit
 // frees the key's lane; a run of another host is left to its own worker.
 func TestCancelOfAQueuedRunKillsItsProcess(t *testing.T) {
 	t.Parallel()

@@ -21,7 +21,7 @@ import (
 )
 
 // These tests prove the store's concurrency rules with real processes on
-// one database, as SPEC section 1 promises them: TestMain puts this test
+// one database, as docs/operations.md (The store) promises them: TestMain puts this test
 // binary in $PATH as cq, so exec.Command("cq", …) runs the real CLI.
 
 // raceResult is one finished cq process.
@@ -105,7 +105,7 @@ func (e *raceEnv) run(t *testing.T, ctx context.Context, args ...string) raceRes
 	return e.wait(t, cmd, out, errb, args)
 }
 
-// checkResults applies SPEC section 5's output rules to every process: an
+// checkResults applies docs/commands.md's output rules to every process: an
 // allowed exit code; nothing on stderr on success; exactly one "cq: " line
 // on a failure; and never "database is locked", anywhere.
 func (e *raceEnv) checkResults(t *testing.T) {
@@ -188,9 +188,9 @@ type raceTask struct {
 // TestRaceProducersAndOperators runs eight producer processes enqueueing
 // tasks (plain, on shared keys, on --unique keys, with --after, through
 // the spool) while operator processes cancel, retry, hold and release the
-// same tasks. Afterwards every process must have behaved as SPEC section 5
+// same tasks. Afterwards every process must have behaved as docs/commands.md
 // says, every task must be there exactly once, and every task's events
-// must form a valid path through SPEC section 2's state machine.
+// must form a valid path through the task state machine (docs/semantics.md).
 func TestRaceProducersAndOperators(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts hundreds of processes")
@@ -201,7 +201,7 @@ func TestRaceProducersAndOperators(t *testing.T) {
 	e := newRaceEnv(t, filepath.Join(t.TempDir(), "home"))
 	// A follower streams the event log while everything else runs; it
 	// must see exactly the final log: no event skipped, none repeated
-	// (SPEC section 7).
+	// (docs/events.md).
 	follower := startRaceFollower(t, ctx, e)
 
 	const producers, perProducer, operators = 8, 25, 6
@@ -498,7 +498,7 @@ func (f *raceFollower) check(t *testing.T, log string) {
 
 // raceCheckEvents replays the event log: seq strictly increasing; per
 // task, task.created into inbox first, then each event's from is the
-// previous to and each change is allowed by SPEC section 2; the last to
+// previous to and each change is allowed by the task state machine; the last to
 // is the task's state; and no --unique key ever has two live tasks.
 func raceCheckEvents(t *testing.T, log string, byID map[string]raceTask, uniqueKeys []string) {
 	t.Helper()
@@ -570,7 +570,7 @@ func raceCheckEvents(t *testing.T, log string, byID map[string]raceTask, uniqueK
 }
 
 // TestRaceStartOnANewHome: several processes starting at once on a new
-// home create and migrate it safely (SPEC section 1).
+// home create and migrate it safely (docs/operations.md, Home and files).
 func TestRaceStartOnANewHome(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -3,7 +3,7 @@ package main
 // TestScripts runs the .txtar scripts in testdata/script against the real
 // cq binary (TestMain puts this test binary in $PATH as "cq"). Every
 // script gets a fresh $WORK with CQ_HOME=$WORK/home, HOME=$WORK and TZ=UTC.
-// Scripts named bugs_*.txtar assert SPEC behaviour the binary lacks; they
+// Scripts named bugs_*.txtar assert documented behaviour the binary lacks; they
 // run in TestScriptBugs instead (see there).
 //
 // Conventions: a command expected to fail runs under status with its exact
@@ -79,7 +79,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// bugsPrefix marks scripts that assert SPEC behaviour the binary does not
+// bugsPrefix marks scripts that assert documented behaviour the binary does not
 // have yet. They run in TestScriptBugs, apart from TestScripts, so that a
 // known deviation does not hide regressions elsewhere; a file moves out of
 // bugs_ once its deviation is fixed.
@@ -94,7 +94,7 @@ func TestScripts(t *testing.T) {
 }
 
 // TestScriptBugs runs testdata/script/bugs_*.txtar: known deviations from
-// SPEC.md, which fail until the binary is fixed.
+// the documented behaviour (docs/), which fail until the binary is fixed.
 func TestScriptBugs(t *testing.T) {
 	files := scripts(t, true)
 	if len(files) == 0 {

@@ -54,8 +54,8 @@ unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 			}
 			var ids []string
 			if len(args) > 0 {
-				// Every id is looked up and every bad one reported (SPEC
-				// section 5); then, if any was bad, the first one's code.
+				// Every id is looked up and every bad one reported
+				// (docs/commands.md, cq wait); then, if any was bad, the first one's code.
 				ids = make([]string, 0, len(args))
 				if err := multi(app.Stderr, args, func(ref string) error {
 					id, err := findAfterDrain(ctx, app, func() (string, error) { return st.Resolve(ctx, ref) })

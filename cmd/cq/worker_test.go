@@ -1,6 +1,6 @@
 package main
 
-// The worker proven with real processes (SPEC sections 3 and 6).
+// The worker proven with real processes (docs/semantics.md).
 //
 // TestWorkerScripts runs testdata/worker/*.txtar: one background or
 // foreground cq worker per script, the CLI around it. The Go tests below
@@ -993,8 +993,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Errorf("retry due in %v, want the transient class's first backoff, 30 s", wait)
 	}
 
-	// The run ended: its summary.json is written (SPEC section 1: "written
-	// when the run ends"), by whoever ended it.
+	// The run ended: its summary.json is written when the run
+	// ends (docs/semantics.md, Running a task), by whoever ended it.
 	if b, err := os.ReadFile(filepath.Join(e.home, "runs", run1.ID, "summary.json")); err != nil {
 		t.Errorf("run 1 ended (reaped by cq heartbeat) but has no summary.json: %v", err)
 	} else if !strings.Contains(string(b), `"failed"`) {
@@ -1380,9 +1380,9 @@ func TestWorkerLeaseLostWhileStoreLocked(t *testing.T) {
 
 // TestWorkerCancelAfterExit: the process ended on its own (exit 0) after
 // the user's cancel but before the worker saw the cancel (the worker is
-// stopped meanwhile): the run ends succeeded and the task done (SPEC
-// section 3: cancelling → succeeded when the process ended on its own
-// before the kill), never cancelled. Which of the two the worker notices
+// stopped meanwhile): the run ends succeeded and the task done (a run
+// goes cancelling → succeeded when the process ended on its own before
+// the kill), never cancelled. Which of the two the worker notices
 // first after SIGCONT is up to its scheduler, so the scene is played
 // several times.
 func TestWorkerCancelAfterExit(t *testing.T) {
@@ -1515,8 +1515,8 @@ func wkSupervisorOf(pid int) int {
 
 // TestWorkerSupervisorRestarts: a worker whose supervisor helper is
 // killed starts another and tells it the live runs, so a SIGKILL of the
-// worker afterwards still leaves no process of its runs behind (SPEC
-// section 6), grandchildren included.
+// worker afterwards still leaves no process of its runs behind
+// (docs/semantics.md, Running a task), grandchildren included.
 func TestWorkerSupervisorRestarts(t *testing.T) {
 	e := wkNewEnv(t)
 	e.ok("enqueue", "--id", "sup", "--shell", `sleep 100 & sleep 100; wait`)
@@ -1548,7 +1548,7 @@ func TestWorkerSupervisorRestarts(t *testing.T) {
 // direct child dies, by its parent-death signal). The next maintenance
 // pass on this host sees the worker's lock free and kills them at once,
 // without waiting for the lease (60 s): the run itself stays running
-// until its lease expires and the reaper ends it (SPEC section 3).
+// until its lease expires and the reaper ends it (docs/semantics.md, Leases).
 func TestWorkerAndSupervisorKilledTogether(t *testing.T) {
 	e := wkNewEnv(t)
 	e.ok("enqueue", "--id", "both", "--shell", `sleep 100 & sleep 100; wait`)
@@ -1641,7 +1641,7 @@ func TestWorkerOutlivesItsLogReader(t *testing.T) {
 	}
 }
 
-// TestWorkerRunsWhenItsLogsCannotBeWritten: SPEC section 6, a failed
+// TestWorkerRunsWhenItsLogsCannotBeWritten: a failed
 // write (disk full) does not stop the run; the failure is in its error.
 // Here the run folder cannot be made (runs is a file): the task runs all
 // the same, its output is lost, and the run says why.
@@ -1669,7 +1669,7 @@ func TestWorkerRunsWhenItsLogsCannotBeWritten(t *testing.T) {
 
 // TestSetStateCancelledOfARunningTask: cq task set-state ID cancelled of
 // a doing task cancels it as cq cancel does, then waits for its worker to
-// confirm: exit 0 once the task is cancelled (SPEC section 5: cancelled
+// confirm: exit 0 once the task is cancelled (set-state's cancelled
 // means cancel). With the worker stopped, --timeout gives up with exit 3
 // and the cancel stands: the reaper ends the run cancelled. A run that
 // ends on its own first makes set-state exit 3 naming how it ended.

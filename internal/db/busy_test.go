@@ -9,8 +9,8 @@ import (
 )
 
 // TestBusyErrorSpeaksToTheUser: a lock held past the busy timeout is
-// reported as such, never as SQLite's "database is locked" (SPEC section
-// 1), and the SQLite error stays reachable for callers that test for it.
+// reported as such, never as SQLite's "database is locked"
+// (docs/operations.md, The store), and the SQLite error stays reachable for callers that test for it.
 func TestBusyErrorSpeaksToTheUser(t *testing.T) {
 	t.Parallel()
 	for _, code := range []sqlite3.ErrNo{sqlite3.ErrBusy, sqlite3.ErrLocked} {

@@ -212,8 +212,8 @@ func dsn(path string, extra url.Values) string {
 	q.Set("_foreign_keys", "on")
 	q.Set("_synchronous", "NORMAL")
 	q.Set("_txlock", "immediate")
-	// Each connection keeps its statements prepared: preparing was 40 % of
-	// an enqueue's CPU time.
+	// Each connection keeps its statements prepared: preparing was a large
+	// part of an enqueue's CPU time (docs/performance.md).
 	q.Set("_stmt_cache_size", "128")
 	for k, v := range extra {
 		q[k] = v
@@ -275,7 +275,7 @@ func open(ctx context.Context, path string) (*DB, error) {
 }
 
 // privateSides makes the -wal and -shm files beside a database file of
-// another mode than 0600 private (SPEC section 1): SQLite creates them
+// another mode than 0600 private (every file cq makes is 0600): SQLite creates them
 // with the database file's mode. They exist once a connection has read
 // the store in WAL mode; another process may make them again later, and
 // its cq makes them private in turn.
@@ -690,8 +690,8 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 		}
 		// A bigger page cache than SQLite's 2 MiB for the connection every
 		// write goes through: a worker's transitions touch a dozen
-		// b-trees, and a miss is a read of the WAL or the file (-4 % CPU
-		// per task end to end, +13 % batch enqueue). And a checkpoint
+		// b-trees, and a miss is a read of the WAL or the file
+		// (docs/performance.md). And a checkpoint
 		// every autoCheckpointPages rather than SQLite's 1000 (see there).
 		if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA cache_size = -%d; PRAGMA wal_autocheckpoint = %d",
 			writeCacheKiB, autoCheckpointPages)); err != nil {
@@ -849,9 +849,9 @@ const writeCacheKiB = 8192
 // SQLite's 1000 it checkpointed every 70-odd tasks, and each checkpoint
 // syncs the WAL and the database file on the worker's loop: on disk,
 // cq's end-to-end rate followed the count (on tmpfs it matched the
-// floor's). At 4000 (a WAL of 16 MiB at most between checkpoints, beside
-// the 64 MiB goal), 8 interleaved rounds of 2000 tasks ran 7 % faster at
-// the median and faster in 6 of 8. A short command's TrimWAL still keeps
+// floor's). 4000 (a WAL of 16 MiB at most between checkpoints, beside the
+// 64 MiB goal) made the worker faster end to end (docs/performance.md).
+// A short command's TrimWAL still keeps
 // the WAL at 1 MiB when no worker holds the store.
 const autoCheckpointPages = 4000
 
@@ -865,9 +865,8 @@ const trimWALBytes = 1 << 20
 // for one: busy means it is left for later). For a
 // short-lived command on its way out: the first process to open a store
 // that no other process holds reads the whole WAL to rebuild its index,
-// about 2 µs a frame, so without this each short command paid for every
-// frame written since the last restart of the WAL (up to 1000 pages, 2 ms
-// here). The WAL's file stays, so the next process does not create it.
+// so without this each short command paid for every frame written since
+// the last restart of the WAL (docs/performance.md). The WAL's file stays, so the next process does not create it.
 func (d *DB) TrimWAL(ctx context.Context) {
 	fi, err := os.Stat(d.Path + "-wal")
 	if err != nil || fi.Size() < trimWALBytes || held(d.Path) {

@@ -221,7 +221,7 @@ func TestStateChecksHoldAfterTheirRewrite(t *testing.T) {
 }
 
 // TestFutureSchemaIsRefusedUntouched: a database written by a newer cq is
-// refused with ErrFutureSchema and left exactly as it was (SPEC section 1).
+// refused with ErrFutureSchema and left exactly as it was (docs/operations.md, The store).
 func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
 	t.Parallel()
 	// Each with incremental auto-vacuum as cq makes its stores, and
@@ -335,7 +335,7 @@ func summary(files map[string]string) map[string]string {
 }
 
 // TestFilesArePrivateWhateverTheUmask: cq.db, -wal and -shm are 0600 even
-// under umask 0 (SPEC section 1), for a new store and for an empty
+// under umask 0 (docs/operations.md, Home and files), for a new store and for an empty
 // database file made beforehand with another mode (touch), which cq takes
 // as a new store: SQLite would give the -wal and -shm files its mode. A
 // store with content keeps its mode, but not its -wal and -shm. It
@@ -389,7 +389,7 @@ func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 }
 
 // TestConcurrentOpenOfANewPath: several processes starting at once on a
-// new home create and migrate it safely (SPEC section 1). Each goroutine
+// new home create and migrate it safely (docs/operations.md). Each goroutine
 // has its own pool, so they contend through SQLite's file locks as
 // separate processes would.
 func TestConcurrentOpenOfANewPath(t *testing.T) {

@@ -9,8 +9,8 @@ package db
 // to the kernel after every statement. SQLite opens and closes a small
 // pager for each statement's temporary b-tree and statement journal; with
 // glibc's defaults each close trimmed the heap (brk) and the next
-// statement faulted the same pages in again, which was a quarter of a
-// claim+complete cycle's CPU time.
+// statement faulted the same pages in again, a large part of a
+// claim+complete cycle's CPU time (docs/performance.md).
 static void cq_tune_malloc(void) {
 	mallopt(M_TRIM_THRESHOLD, 32 << 20);
 	mallopt(M_TOP_PAD, 4 << 20);

@@ -49,7 +49,7 @@ const warnSteps = 1000
 // kept before a pass deletes it.
 const deadWorkerKept = 24 * time.Hour
 
-// Pass runs one maintenance pass (SPEC section 8): it drains the spool,
+// Pass runs one maintenance pass (docs/operations.md, Heartbeat): it drains the spool,
 // reaps runs whose lease expired (killing their process groups left on
 // this host), times out runs not started within their queue's start
 // timeout, promotes blocked tasks that nothing blocks any more, cancels
@@ -113,7 +113,7 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	// both, an OOM kill) leaves its runs' grandchildren running until
 	// their leases expire: kill them as soon as the worker's lock says it
 	// is gone (db.WorkerGone). The runs themselves are left to the
-	// reaper, which ends them once their leases expire (SPEC section 3).
+	// reaper, which ends them once their leases expire (docs/semantics.md, Leases).
 	if err := killGoneWorkersRuns(ctx, st, opt.Host, stop); err != nil {
 		return r, err
 	}

@@ -1,6 +1,6 @@
 package heartbeat_test
 
-// The maintenance pass and cleanup (SPEC section 8) over a real store with
+// The maintenance pass and cleanup (docs/operations.md) over a real store with
 // an injected clock (Store.Now): leases expire, start timeouts and
 // backoffs come due, tasks wait too long, all by moving the clock, never
 // by waiting.
@@ -198,7 +198,7 @@ func (e *hbEnv) runState(id string) string {
 
 // checkEvents checks every task's event log: each event that changes a
 // state starts where the previous one ended and is allowed by the state
-// machine (SPEC sections 2, 3), and each run has at most one terminal
+// machine (docs/semantics.md), and each run has at most one terminal
 // event.
 func (e *hbEnv) checkEvents() {
 	e.t.Helper()
@@ -252,7 +252,7 @@ func hbCheckEvents(t interface {
 	}
 }
 
-// TestPassReapsExpiredLeases: SPEC section 8's reaper, for each live run
+// TestPassReapsExpiredLeases: the maintenance pass's reaper, for each live run
 // state, at the lease's expiry.
 func TestPassReapsExpiredLeases(t *testing.T) {
 	const lease = 90 * time.Second
@@ -453,8 +453,8 @@ func TestPassKillsLostRunGroupOnThisHost(t *testing.T) {
 // TestPassKillsALeaderThatClearedItsEnvironment: a lost run whose process
 // cleared its environment (env -i, sudo) carries no CQ_RUN_ID, yet its
 // group's leader is the process the worker started between the claim and
-// the recorded start: the group is killed all the same (SPEC section 6:
-// the old process is gone before anyone else may take the task).
+// the recorded start: the group is killed all the same (docs/semantics.md,
+// Leases: the old process is gone before anyone else may take the task).
 func TestPassKillsALeaderThatClearedItsEnvironment(t *testing.T) {
 	e := hbSetup(t)
 	e.add(queue.Spec{ID: "bare", Queue: "q"})
@@ -666,7 +666,7 @@ func TestPassSafetyNets(t *testing.T) {
 		}
 	})
 	t.Run("SPEC_dependencies_all_done_but_counter_stale", func(t *testing.T) {
-		// SPEC section 8: the pass promotes blocked tasks with nothing
+		// The pass promotes blocked tasks with nothing
 		// left blocking them. Here the dependency ended done but its
 		// dependent was never told (the state a lost event-driven
 		// promotion leaves).
@@ -1038,8 +1038,8 @@ func TestCleanupFinishesWhatAKilledCleanupLeft(t *testing.T) {
 	}
 }
 
-// TestCleanupLetsOtherWritersIn: SPEC section 8 has cleanup delete in
-// batches "so that workers are never blocked for long". While a cleanup
+// TestCleanupLetsOtherWritersIn: cleanup deletes in batches so that
+// workers are never blocked for long. While a cleanup
 // of many expired tasks runs, another connection (a worker's lease
 // renewal, a producer) writes a small row every 10 ms; none of its writes
 // may wait long. The store is built straight in SQL (see bench_test.go).

@@ -6,9 +6,9 @@
 // that takes over during a cgo call) wakes or starts another thread. The
 // change is made here rather than in main because a package that imports
 // only runtime and syscall is initialized before most others: the
-// runtime then has almost nothing to move off the P it drops. Made in main
-// (after every package's init), the same call cost a cq enqueue about
-// 0.35 ms of its 6 ms (400 interleaved calls each).
+// runtime then has almost nothing to move off the P it drops; made in main,
+// after every package's init, the same call cost a short command much
+// more (docs/performance.md).
 package oneproc
 
 import (

@@ -3,8 +3,8 @@
 //
 // cq writes a handful of gauges once per `cq health -o prometheus` call.
 // The Prometheus client library would do it too, but linking it costs
-// every cq invocation (an enqueue included) about 0.9 ms of package
-// initialisation and 7 MB of resident memory, so the few lines of the
+// every cq invocation (an enqueue included) package initialisation and
+// resident memory (docs/performance.md), so the few lines of the
 // format cq needs are written here. The tests parse the output back with
 // the Prometheus project's own parser and linter.
 package promtext

@@ -13,7 +13,7 @@ type Retention struct {
 	Done, Cancelled, Failed time.Duration
 }
 
-// DefaultRetention is SPEC section 8's: done 30 days, cancelled 7, failed 14.
+// DefaultRetention is cq cleanup's default: done 30 days, cancelled 7, failed 14.
 func DefaultRetention() Retention {
 	return Retention{Done: 30 * 24 * time.Hour, Cancelled: 7 * 24 * time.Hour, Failed: 14 * 24 * time.Hour}
 }

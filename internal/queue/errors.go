@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Code classifies an error the way the CLI reports it (SPEC section 5).
+// Code classifies an error the way the CLI reports it (docs/commands.md, Exit codes).
 type Code int
 
 // Error codes; their numbers are cq's exit codes.

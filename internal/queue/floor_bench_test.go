@@ -79,7 +79,7 @@ const (
 	cqRows
 )
 
-// floorTimes adds to floorSchema's tables the times SPEC's JSON gives
+// floorTimes adds to floorSchema's tables the times cq's JSON gives
 // every task (created_at, updated_at) and every event (at).
 const floorTimes = `ALTER TABLE tasks ADD COLUMN created_at TEXT NOT NULL DEFAULT '';
 ALTER TABLE tasks ADD COLUMN updated_at TEXT NOT NULL DEFAULT '';
@@ -246,7 +246,7 @@ func fillBatches(b *testing.B, f *floorFiller) {
 }
 
 // BenchmarkFloorEnqueueBatchTimed is BenchmarkFloorEnqueueBatch with the
-// times every task and event carries in SPEC's JSON (a task's created_at
+// times every task and event carries in cq's JSON (a task's created_at
 // and updated_at, each event's at), 24 characters each as cq stores them:
 // the least a batch enqueue that keeps the contract writes, with no Go
 // work at all. Any implementation runs below it.

@@ -91,7 +91,7 @@ func FuzzParseSpecJSON(f *testing.F) {
 	})
 }
 
-// FuzzParseDuration checks ParseDuration against SPEC section 4's grammar:
+// FuzzParseDuration checks ParseDuration against the documented grammar (docs/semantics.md):
 // "Go durations plus a d suffix for days", written out in refDuration
 // below as time.ParseDuration's own grammar with one more unit.
 func FuzzParseDuration(f *testing.F) {
@@ -200,7 +200,7 @@ func refDuration(s string) (val *big.Rat, ok, edge bool) {
 // FuzzSpoolDrain writes arbitrary bytes as a spool and drains it: the drain
 // never fails or panics, leaves the spool empty, and every non-blank line
 // is either stored (a task with its id and its spec exists) or recorded in
-// queue.rejected.jsonl (SPEC section 1: never silently dropped).
+// queue.rejected.jsonl (never silently dropped).
 func FuzzSpoolDrain(f *testing.F) {
 	// A long line, kept moderate: the fuzzer minimises every new
 	// interesting input, which takes minutes on one of megabytes;

@@ -14,7 +14,7 @@ const (
 	HealthUnhealthy = "unhealthy"
 )
 
-// Thresholds are SPEC section 8's health limits; each is a flag of
+// Thresholds are cq health's limits (docs/operations.md, Health); each is a flag of
 // cq health.
 type Thresholds struct {
 	SuccessDegraded  float64       // success rate at or below this: degraded (0.95)
@@ -28,7 +28,7 @@ type Thresholds struct {
 	Window           time.Duration // the window for run figures (24h)
 }
 
-// DefaultThresholds are SPEC section 8's.
+// DefaultThresholds are cq health's defaults.
 func DefaultThresholds() Thresholds {
 	return Thresholds{
 		SuccessDegraded: 0.95, SuccessUnhealthy: 0.80,
@@ -46,7 +46,7 @@ type QueueHealth struct {
 	Concurrency int  `json:"concurrency"`
 }
 
-// Health is cq health's report (SPEC section 5's JSON shape).
+// Health is cq health's report (its JSON shape in docs/operations.md).
 type Health struct {
 	Status             string                 `json:"status"`
 	SuccessRate        *float64               `json:"success_rate"`
@@ -77,7 +77,7 @@ type OldestTask struct {
 }
 
 // Health gathers the figures and decides the verdict: the worst row of
-// SPEC section 8's table.
+// table in docs/operations.md, Health.
 func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	now := s.now()
 	// Every figure from one read transaction, so that they agree (a

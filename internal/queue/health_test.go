@@ -1,6 +1,6 @@
 package queue_test
 
-// Health (SPEC section 8): every threshold of the verdict table at its
+// Health (docs/operations.md, Health): every threshold of the verdict table at its
 // boundary, and the figures cq health reports. States no command reaches
 // without a worker (runs ended long ago, many tasks blocked for retry)
 // are rows written with SQL; the clock is injected.
@@ -116,7 +116,7 @@ func hlRate(h *queue.Health) string {
 	return fmt.Sprintf("%.6f", *h.SuccessRate)
 }
 
-// TestHealthThresholdBoundaries checks each row of SPEC section 8's table
+// TestHealthThresholdBoundaries checks each row of the health table
 // at and around its limits, every other row held at ok.
 func TestHealthThresholdBoundaries(t *testing.T) {
 	const day = 24 * time.Hour

@@ -1,6 +1,6 @@
 package queue_test
 
-// Retention (SPEC section 8, cq cleanup) and the store's maintenance steps
+// Retention (cq cleanup) and the store's maintenance steps
 // (start timeouts, the promotion and cancel safety nets, wait warnings,
 // system_state), driven by an injected clock: time is moved, never waited
 // for. Helpers here are prefixed mnt; health_test.go uses them too.

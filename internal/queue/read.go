@@ -12,8 +12,8 @@ import (
 	"github.com/cq-dev/cq/internal/db"
 )
 
-// Task is a task as cq prints it (SPEC section 5's JSON shape, plus the
-// spec fields). Optional values are null, never missing.
+// Task is a task as cq prints it (its JSON shape in docs/commands.md,
+// plus the spec fields). Optional values are null, never missing.
 type Task struct {
 	ID            string            `json:"id"`
 	State         string            `json:"state"`
@@ -486,7 +486,7 @@ func nsp(n sql.NullString) *string {
 	return &n.String
 }
 
-// Event is one entry of the event log (SPEC section 7).
+// Event is one entry of the event log (docs/events.md).
 type Event struct {
 	Seq    int64           `json:"seq"`
 	At     string          `json:"at"`

@@ -20,8 +20,8 @@ import (
 	"github.com/cq-dev/cq/internal/db"
 )
 
-// Failure classes decide which retry budget a failed run spends (SPEC
-// section 6).
+// Failure classes decide which retry budget a failed run spends
+// (docs/semantics.md, Retries and backoff).
 const (
 	ClassOther     = "other"     // non-zero exit, killed by a signal
 	ClassTransient = "transient" // exit 75, spawn error, lost worker, start timeout

@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 )
 
-// Spec is a task spec (SPEC section 4): CLI flags, or one JSON object per
+// Spec is a task spec (docs/semantics.md, Tasks): CLI flags, or one JSON object per
 // line for --batch and the spool. Unknown fields are an error.
 type Spec struct {
 	ID       string            `json:"id,omitempty"`

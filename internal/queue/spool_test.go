@@ -17,7 +17,7 @@ import (
 	"github.com/gofrs/flock"
 )
 
-// rejectedEntry is one line of queue.rejected.jsonl (SPEC section 1).
+// rejectedEntry is one line of queue.rejected.jsonl (docs/operations.md, The spool).
 // Line holds the raw line's exact bytes, from line or from line_base64.
 type rejectedEntry struct {
 	At         string  `json:"at"`
@@ -43,7 +43,7 @@ func (b *bundle) spoolBytes(t *testing.T) []byte {
 }
 
 // rejected reads queue.rejected.jsonl strictly: every line must be exactly
-// the SPEC shape, with nothing more and nothing missing.
+// the documented shape, with nothing more and nothing missing.
 func (b *bundle) rejected(t *testing.T) []rejectedEntry {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(b.home, spool.RejectedName))

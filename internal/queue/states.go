@@ -1,6 +1,6 @@
 package queue
 
-// Task states (SPEC section 2).
+// Task states (docs/semantics.md, Task states).
 const (
 	TaskInbox     = "inbox"
 	TaskTodo      = "todo"
@@ -11,7 +11,7 @@ const (
 	TaskCancelled = "cancelled"
 )
 
-// Run states (SPEC section 3).
+// Run states (docs/semantics.md, Run states).
 const (
 	RunQueued     = "queued"
 	RunRunning    = "running"
@@ -36,7 +36,7 @@ var TaskStates = []string{TaskInbox, TaskTodo, TaskBlocked, TaskDoing, TaskDone,
 // RunStates lists every run state.
 var RunStates = []string{RunQueued, RunRunning, RunCancelling, RunSucceeded, RunFailed, RunTimeout, RunCancelled}
 
-// TaskTransitions is SPEC section 2's table: from → allowed targets.
+// TaskTransitions is the task state machine's table (docs/semantics.md): from → allowed targets.
 var TaskTransitions = map[string][]string{
 	TaskInbox:     {TaskTodo, TaskBlocked, TaskCancelled},
 	TaskTodo:      {TaskDoing, TaskBlocked, TaskCancelled},
@@ -47,17 +47,17 @@ var TaskTransitions = map[string][]string{
 	TaskDone:      {},
 }
 
-// RunTransitions is SPEC section 3's table: from → allowed targets.
+// RunTransitions is the run state machine's table (docs/semantics.md): from → allowed targets.
 var RunTransitions = map[string][]string{
 	RunQueued:     {RunRunning, RunFailed, RunCancelled, RunTimeout},
 	RunRunning:    {RunSucceeded, RunFailed, RunTimeout, RunCancelling, RunCancelled},
 	RunCancelling: {RunCancelled, RunSucceeded, RunFailed, RunTimeout},
 }
 
-// TaskTransitionAllowed reports whether SPEC section 2 allows from → to.
+// TaskTransitionAllowed reports whether the task state machine allows from → to.
 func TaskTransitionAllowed(from, to string) bool { return contains(TaskTransitions[from], to) }
 
-// RunTransitionAllowed reports whether SPEC section 3 allows from → to.
+// RunTransitionAllowed reports whether the run state machine allows from → to.
 func RunTransitionAllowed(from, to string) bool { return contains(RunTransitions[from], to) }
 
 // TaskTerminal reports whether a task state is final for workers and timers.

@@ -26,7 +26,7 @@ type Store struct {
 	// (clock.Following).
 	Boot func() clock.BootTime
 	// StopCancelled, when set, is called inside the transaction of a
-	// user's cancel that ends a run still queued (SPEC section 3: queued →
+	// user's cancel that ends a run still queued (queued →
 	// cancelled), before it commits and so before the task's key lane is
 	// free: its worker may have started the process and not yet recorded
 	// the start (a worker stalled there would leave it running). cq sets it
@@ -114,7 +114,8 @@ func nullable(s string) any {
 }
 
 // blockedReason names the first condition that still blocks a task, in
-// SPEC order, or "" when nothing does.
+// the documented order (hold, dependency, retry, scheduled), or "" when
+// nothing does.
 func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time) string {
 	switch {
 	case hold:
@@ -208,8 +209,8 @@ const (
 // value for the text bound to it. With a bare ? SQLite's planner marks
 // the parameter as one whose value may change the plan, and the driver
 // clears the bindings before each use of a cached statement, which
-// expires such a statement: it was prepared again every time it ran,
-// 8 to 11 µs, many times what running it costs.
+// expires such a statement: it was prepared again every time it ran, at
+// many times what running it costs (docs/performance.md).
 const (
 	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` AND id != ? LIMIT 1`
 	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1

@@ -12,7 +12,7 @@ import (
 )
 
 // TestTaskTransitions walks every (from, to) pair of the task state machine
-// (SPEC section 2). For each pair it puts a fresh task into from, in every
+// (docs/semantics.md, Task states). For each pair it puts a fresh task into from, in every
 // way that matters (a blocked task held, scheduled or waiting on a
 // dependency; a doing task whose run is queued or running), and asks for to
 // with every user operation that could produce it: SetState(to), and the
@@ -28,8 +28,8 @@ func TestTaskTransitions(t *testing.T) {
 	var refusals refusalLog
 	t.Run("matrix", func(t *testing.T) { transitionMatrix(t, &refusals) })
 
-	// SPEC section 3: "An illegal transition requested by a user is
-	// refused with exit code 3 and a message naming the current state."
+	// An illegal transition requested by a user is refused with exit
+	// code 3 and a message naming the current state.
 	// Checked apart from the matrix so that a wording gap shows up as one
 	// failure listing every message, not as a failure of every pair.
 	t.Run("refusals name the current state", func(t *testing.T) {
@@ -119,7 +119,7 @@ func transitionMatrix(t *testing.T, refusals *refusalLog) {
 }
 
 // TestTaskTransitionTableIsCovered checks the test table against the state
-// machine: every outcome it expects is a transition SPEC allows, and every
+// machine: every outcome it expects is a transition the state machine allows, and every
 // allowed transition a user command can perform has an outcome that
 // performs it.
 func TestTaskTransitionTableIsCovered(t *testing.T) {
@@ -378,8 +378,8 @@ const (
 	cancelled = queue.TaskCancelled
 )
 
-// transitionOutcomes lists every (setup, operation) that succeeds (SPEC
-// sections 2, 5 and 6). Anything not listed must be refused.
+// transitionOutcomes lists every (setup, operation) that succeeds
+// (docs/semantics.md, docs/commands.md). Anything not listed must be refused.
 var transitionOutcomes = map[[2]string]outcome{
 	// The gateway step.
 	{"inbox", "Enqueue"}:        {todo, []wantEvent{taskEv(inbox, todo)}, false},
@@ -387,7 +387,7 @@ var transitionOutcomes = map[[2]string]outcome{
 	{"inbox-held", "Enqueue"}:   {blocked, []wantEvent{taskEv(inbox, blocked)}, false},
 	// SetState(todo) on a held inbox task would end blocked: refused.
 	// A hold on an inbox task is recorded without a change of state
-	// (SPEC section 2); holding a held task is a no-op (section 5). So
+	// (the task state machine); holding a held task is a no-op. So
 	// SetState(blocked) on an inbox task, which would end inbox, is refused.
 	{"inbox", "Hold"}:         {inbox, []wantEvent{taskEv(inbox, inbox)}, true},
 	{"inbox-held", "Hold"}:    {inbox, nil, true},
@@ -417,7 +417,7 @@ var transitionOutcomes = map[[2]string]outcome{
 	// Cancel: inbox, todo and blocked end cancelled at once; a doing task
 	// whose run has not started is cancelled with its run; a running one's
 	// run goes to cancelling and the task stays doing until its worker
-	// confirms (SPEC section 6), so SetState(cancelled) on it is refused
+	// confirms (docs/semantics.md, Cancel), so SetState(cancelled) on it is refused
 	// (it would not end cancelled) and a second cancel is a no-op.
 	{"inbox", "Cancel"}:                           {cancelled, []wantEvent{taskEv(inbox, cancelled)}, false},
 	{"inbox", "SetState(cancelled)"}:              {cancelled, []wantEvent{taskEv(inbox, cancelled)}, false},

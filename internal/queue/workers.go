@@ -20,8 +20,8 @@ type WorkerParams struct {
 	Lease time.Duration
 }
 
-// Worker is a live worker as cq workers shows it (SPEC section 5's JSON
-// shape).
+// Worker is a live worker as cq workers shows it (its JSON shape
+// in docs/commands.md).
 type Worker struct {
 	ID          string   `json:"id"`
 	Host        string   `json:"host"`

@@ -250,7 +250,7 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 		r.giveBack = true
 		return r, &queue.Outcome{State: queue.RunCancelled, Error: msg}
 	}
-	// SPEC section 6: a failed write (disk full) does not stop the run.
+	// A failed write (disk full) does not stop the run.
 	// Output that cannot be kept goes to /dev/null, and the run's error
 	// says so; only an intent, whose payload needs the folder, fails.
 	// The runs folder and the run's own are cq's: a symbolic link at

@@ -557,8 +557,8 @@ func (w *Worker) checkCancels(ctx context.Context) {
 	}
 }
 
-// applyQueueTimeouts makes a queue's --timeout take effect at once (SPEC
-// section 5): a live run whose limit is its queue's (its task sets none)
+// applyQueueTimeouts makes a queue's --timeout take effect at once
+// (docs/semantics.md, Timeouts): a live run whose limit is its queue's (its task sets none)
 // gets the queue's current limit, counted from the run's start; one
 // already past it is stopped now as timed out.
 func (w *Worker) applyQueueTimeouts(ctx context.Context) {

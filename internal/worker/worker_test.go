@@ -77,8 +77,8 @@ func testStore(t *testing.T) (home string, st *queue.Store) {
 // TestRefusedStartWritesTheSummary: a run cancelled while queued, after
 // its worker spawned it but before the start was recorded, ends in the
 // cancel's transaction, which has no folder to write; the worker whose
-// start is refused writes its summary.json (SPEC section 1: written when
-// the run ends).
+// start is refused writes its summary.json (it is written when the run
+// ends, whoever ends it).
 func TestRefusedStartWritesTheSummary(t *testing.T) {
 	home, st := testStore(t)
 	ctx := context.Background()
