@@ -535,7 +535,7 @@ func raceCheckEvents(t *testing.T, log string, byID map[string]raceTask, uniqueK
 		case from != prev:
 			t.Errorf("task %s: event %d %s goes from %q but the task was %q", id, ev.Seq, ev.Kind, from, prev)
 		case from != to && !queue.TaskTransitionAllowed(from, to):
-			t.Errorf("task %s: event %d %s: %s → %s is not allowed by SPEC section 2", id, ev.Seq, ev.Kind, from, to)
+			t.Errorf("task %s: event %d %s: %s → %s is not allowed by the task state machine (docs/semantics.md)", id, ev.Seq, ev.Kind, from, to)
 		}
 		state[id] = to
 		if tk, ok := byID[id]; ok && tk.Key != nil {

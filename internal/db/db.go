@@ -101,7 +101,7 @@ func LatestVersion() int {
 func PathFromURL(raw string) (string, error) {
 	switch {
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		return "", fmt.Errorf("%w: PostgreSQL support is not built yet (SPEC section 9); use a sqlite:// database", ErrUnsupported)
+		return "", fmt.Errorf("%w: PostgreSQL support is not built yet; use a sqlite:// database", ErrUnsupported)
 	case strings.HasPrefix(raw, "sqlite://"):
 		return strings.TrimPrefix(raw, "sqlite://"), nil
 	case strings.HasPrefix(raw, "sqlite:"):

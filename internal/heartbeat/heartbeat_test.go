@@ -665,7 +665,7 @@ func TestPassSafetyNets(t *testing.T) {
 			}
 		}
 	})
-	t.Run("SPEC_dependencies_all_done_but_counter_stale", func(t *testing.T) {
+	t.Run("dependencies_all_done_but_counter_stale", func(t *testing.T) {
 		// The pass promotes blocked tasks with nothing
 		// left blocking them. Here the dependency ended done but its
 		// dependent was never told (the state a lost event-driven

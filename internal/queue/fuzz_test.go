@@ -108,9 +108,9 @@ func FuzzParseDuration(f *testing.F) {
 		want, ok, edge := refDuration(s)
 		if !edge && ok != (err == nil) {
 			if ok {
-				t.Fatalf("ParseDuration(%q) refused a duration of the SPEC grammar (%s ns): %v", s, want.FloatString(0), err)
+				t.Fatalf("ParseDuration(%q) refused a duration of the documented grammar (%s ns): %v", s, want.FloatString(0), err)
 			}
-			t.Fatalf("ParseDuration(%q) = %v; SPEC section 4 allows only Go durations plus a d suffix, and this is neither", s, got)
+			t.Fatalf("ParseDuration(%q) = %v; durations are only Go durations plus a d suffix, and this is neither", s, got)
 		}
 		if err != nil {
 			return

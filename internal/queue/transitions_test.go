@@ -46,7 +46,7 @@ func TestTaskTransitions(t *testing.T) {
 		}
 		if len(bad) > 0 {
 			sort.Strings(bad)
-			t.Errorf("SPEC section 3 deviation: %d of %d refusals do not name the task's current state:\n%s",
+			t.Errorf("deviation from the run rules: %d of %d refusals do not name the task's current state:\n%s",
 				len(bad), len(refusals.list), strings.Join(bad, "\n"))
 		}
 	})
@@ -136,13 +136,13 @@ func TestTaskTransitionTableIsCovered(t *testing.T) {
 		}
 		if out.state != from {
 			if !queue.TaskTransitionAllowed(from, out.state) {
-				t.Errorf("%s/%s expects %s → %s, which SPEC section 2 does not allow", k[0], k[1], from, out.state)
+				t.Errorf("%s/%s expects %s → %s, which the task state machine does not allow", k[0], k[1], from, out.state)
 			}
 			performed[[2]string{from, out.state}] = true
 		}
 		for _, e := range out.events {
 			if e.kind == "task" && e.from != e.to && !queue.TaskTransitionAllowed(e.from, e.to) {
-				t.Errorf("%s/%s expects an event %s → %s, which SPEC section 2 does not allow", k[0], k[1], e.from, e.to)
+				t.Errorf("%s/%s expects an event %s → %s, which the task state machine does not allow", k[0], k[1], e.from, e.to)
 			}
 		}
 	}
