@@ -85,7 +85,7 @@ trap 'exit 130' INT TERM
 
 repo_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo '(no git)')
 # The floor is built as bin/cq is (the Makefile's BUILD_LDFLAGS): its
-# no-op and one-insert calls are the floors of a cq call.
+# one-insert call is the floor of a cq call.
 make -s -C "$repo" bench-bins || die "cannot build bench/floor and bench/spawnref (make bench-bins)"
 SPAWNREF=$repo/bin/spawnref
 FLOOR=$repo/bin/floor
@@ -377,11 +377,8 @@ for ((i = 0; i < CALLS; i++)); do
 	stamp; a=$T
 	CQ_HOME=$cd_/cq "$CQ" enqueue -- true >/dev/null
 	stamp; calls[cq]+=" $((T - a))"
-	# The floors: a binary linking what cq links that does nothing, and
-	# the same committing one row to a WAL database.
-	stamp; a=$T
-	"$FLOOR" noop
-	stamp; calls[floornoop]+=" $((T - a))"
+	# The floor: a binary linking what cq links that commits one row to
+	# a WAL database.
 	stamp; a=$T
 	"$FLOOR" insert "$cd_/floor.db"
 	stamp; calls[floorinsert]+=" $((T - a))"
@@ -410,17 +407,6 @@ done
 say "measuring per-run folders: $N of them …"
 mkdir -p "$root/files"
 files_us=$("$FLOOR" files "$root/files" "$N") || files_us=nan
-
-# The floor of batch enqueue: a task's row and its two events' rows (the
-# least its create and enqueue transitions store), with no index but the
-# rowid, committed in one transaction; the median of 3 runs of 100k.
-say "measuring the batch-enqueue floor: 3 x 100000 tasks' rows …"
-rows_all=()
-for i in 1 2 3; do
-	r=$("$FLOOR" rows "$root/rows$i.db" 100000) && rows_all+=("$r")
-done
-rows_tps=nan
-((${#rows_all[@]} > 0)) && read -r rows_tps _ < <(stats "${rows_all[@]}")
 
 # --- enqueue → start latency on an idle worker --------------------------------------
 
@@ -626,11 +612,10 @@ say "$cpu_line"
 say ""
 say "one enqueue call (ms, wall time of the command from bash; $CALLS each):"
 printf '%-30s %8s %8s %8s\n' "call" "median" "p90" "max"
-for k in cq cqspool tsp nq floornoop floorinsert; do
+for k in cq cqspool tsp nq floorinsert; do
 	[[ -n ${calls[$k]:-} ]] || continue
 	case $k in
-	floornoop) name="floor: cobra+go-sqlite3, no-op" ;;
-	floorinsert) name="floor: same, one WAL insert" ;;
+	floorinsert) name="floor: one WAL insert" ;;
 	cq) name="cq enqueue -- true" ;;
 	cqspool) name="cq enqueue --spool -- true" ;;
 	tsp) name="tsp true" ;;
@@ -642,7 +627,6 @@ done
 
 say ""
 say "per-run folder on this file system (mkdir + stdout.log + stderr.log + summary.json, $N in a row): $files_us µs each"
-say "batch-enqueue floor (a 240-byte row + two 85-byte rows per task, the sizes of a true task and its events, rowid only, one transaction): $rows_tps tasks/s"
 
 say ""
 say "enqueue→start on an idle cq worker (ms; ${#lat_call[@]} samples${lat_lost:+, $lat_lost lost}):"
@@ -696,8 +680,7 @@ if [[ -n ${RESULTS:-} ]]; then
 		for t in xargs spawnref cq floor; do
 			printf 'cpu_%s_us=%s\n' "$t" "${cpu_med[$t]:-nan}"
 		done
-		printf 'floor_rows_tasks_per_s=%s\n' "$rows_tps"
-		for k in cq cqspool tsp nq floornoop floorinsert; do
+		for k in cq cqspool tsp nq floorinsert; do
 			m=nan p90=nan
 			[[ -n ${calls[$k]:-} ]] && read -r m _ _ p90 _ < <(stats "${calls[$k]}")
 			printf 'call_%s_us=%s\ncall_%s_p90_us=%s\n' "$k" "$m" "$k" "$p90"

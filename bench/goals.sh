@@ -103,10 +103,8 @@ awk '
 			row(g, "<= 2 x one tsp add", sprintf("%.2f ms = %.2f x %.2f ms", f["call_cq_us"] / 1000, r, f["call_tsp_us"] / 1000),
 				gcount(r <= 2, has("call_floorinsert_us"), f["call_floorinsert_us"] / f["call_tsp_us"] <= 2))
 		} else na(g, "<= 2 x one tsp add", "tsp not measured")
-		if (has("call_floornoop_us") && has("call_tsp_us"))
-			info("  floor: Go + cobra + go-sqlite3, no-op", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floornoop_us"] / 1000, f["call_floornoop_us"] / f["call_tsp_us"]))
 		if (has("call_floorinsert_us") && has("call_tsp_us"))
-			info("  floor: same + one WAL insert", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floorinsert_us"] / 1000, f["call_floorinsert_us"] / f["call_tsp_us"]))
+			info("  floor: Go + cobra + go-sqlite3, one insert", "", sprintf("%.2f ms = %.2f x tsp add", f["call_floorinsert_us"] / 1000, f["call_floorinsert_us"] / f["call_tsp_us"]))
 
 		g = "batch enqueue (in process, 1000/tx)"; k = "BenchmarkEnqueueBatch|tasks/s"
 		if (has(k)) {
@@ -114,36 +112,25 @@ awk '
 			kt = "BenchmarkFloorEnqueueBatchTimed|tasks/s"
 			row(g, ">= 250k tasks/s", sprintf("%.1fk/s%s", f[k] / 1000, extra), gcount(f[k] >= 250000, has(kt), f[kt] >= 250000))
 		} else na(g, ">= 250k tasks/s", "no BenchmarkEnqueueBatch")
-		if (has("floor_rows_tasks_per_s"))
-			info("  floor: a task + 2 event rows, no index", "", sprintf("%.1fk/s", f["floor_rows_tasks_per_s"] / 1000))
-		k = "BenchmarkFloorEnqueueBatch|tasks/s"
-		if (has(k))
-			info("  floor: same rows + id key + claim index", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 		k = "BenchmarkFloorEnqueueBatchTimed|tasks/s"
 		if (has(k))
-			info("  floor: same + the times cq prints", "(3 per task)", sprintf("%.1fk/s", f[k] / 1000))
-		k = "BenchmarkFloorEnqueueBatchCqTables|tasks/s"
-		if (has(k))
-			info("  floor: same rows into the cq schema", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
+			info("  floor: a task + 2 events, times, 2 indexes", "(prepared, 500/INSERT)", sprintf("%.1fk/s", f[k] / 1000))
 
 		g = "claim+complete cycles/s, 1M backlog"
 		k1 = "BenchmarkClaimCompleteBatched/backlog=1M|cycles/s"; k0 = "BenchmarkClaimCompleteBatched/backlog=1k|cycles/s"
-		k4 = "BenchmarkFloorWorkerCycle/set-based|cycles/s"
+		k4 = "BenchmarkFloorWorkerCycle|cycles/s"
 		if (has(k1)) row(g, ">= 15k/s", sprintf("%.0f/s (64 in flight)", f[k1]), gcount(f[k1] >= 15000, has(k4), f[k4] >= 15000))
 		else na(g, ">= 15k/s", "no backlog=1M benchmark")
 		if (has(k1) && has(k0)) {
 			r = f[k1] / f[k0]
 			row("  same, against 1k backlog", ">= 0.8 x 1k backlog", sprintf("%.2f x %.0f/s", r, f[k0]), count(r >= 0.8))
 		} else na("  same, against 1k backlog", ">= 0.8 x 1k backlog", "no backlog=1k benchmark")
-		k = "BenchmarkFloorWorkerCycle/per-row|cycles/s"; k4 = "BenchmarkFloorWorkerCycle/set-based|cycles/s"
-		if (has(k) && has(k4))
-			info("  floor: 64 in flight, per-row / by sets", "(1k backlog)", sprintf("%.0f/s / %.0f/s", f[k], f[k4]))
+		k = "BenchmarkFloorWorkerCycle|cycles/s"
+		if (has(k))
+			info("  floor: 64 in flight, by sets", "(1k backlog)", sprintf("%.0f/s", f[k]))
 		k1 = "BenchmarkClaimComplete/backlog=1M|cycles/s"; k0 = "BenchmarkClaimComplete/backlog=1k|cycles/s"
 		if (has(k1) && has(k0))
 			info("  one task at a time, 1M / 1k backlog", "(3 commits each)", sprintf("%.0f/s / %.0f/s", f[k1], f[k0]))
-		k = "BenchmarkFloorClaimComplete|cycles/s"
-		if (has(k))
-			info("  floor: 3 commits, a CAS + event each", "(1k backlog)", sprintf("%.0f/s", f[k]))
 		k1 = "BenchmarkWorkerCycle/slots=1|cycles/s"; k4 = "BenchmarkWorkerCycle/slots=4|cycles/s"; k64 = "BenchmarkWorkerCycle/slots=64|cycles/s"
 		if (has(k1) && has(k4) && has(k64))
 			info("  new store, 1 / 4 / 64 in flight", "", sprintf("%.0f/s / %.0f/s / %.0f/s", f[k1], f[k4], f[k64]))

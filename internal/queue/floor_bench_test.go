@@ -2,8 +2,9 @@ package queue_test
 
 // Floors: what SQLite on this machine allows at the least for the work a
 // goal measures, with none of cq's code, columns or indexes beyond those
-// the contract and the other goals require. bench/goals.sh prints them
-// beside the goals they bound: a goal above its floor is out of reach.
+// the contract and the other goals require. bench/goals.sh reads each one
+// when its goal misses, to tell cq's own cost from the machine's: only
+// floors that decide a verdict that way are kept.
 
 import (
 	"context"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cq-dev/cq/internal/db"
 	_ "github.com/mattn/go-sqlite3"
 )
 
@@ -65,53 +65,34 @@ type floorFiller struct {
 	args          []any
 }
 
-// floorRows says which rows floorFiller writes.
-type floorRows int
-
-const (
-	// floorBare: floorSchema's tables, no times at all.
-	floorBare floorRows = iota
-	// floorTimed: floorSchema's tables plus the times the contract prints
-	// (a task's created_at and updated_at, each event's at), added by
-	// floorTimes.
-	floorTimed
-	// cqRows: cq's own tables, with the columns cq's batch enqueue sets.
-	cqRows
-)
-
 // floorTimes adds to floorSchema's tables the times cq's JSON gives
 // every task (created_at, updated_at) and every event (at).
 const floorTimes = `ALTER TABLE tasks ADD COLUMN created_at TEXT NOT NULL DEFAULT '';
 ALTER TABLE tasks ADD COLUMN updated_at TEXT NOT NULL DEFAULT '';
 ALTER TABLE events ADD COLUMN at TEXT NOT NULL DEFAULT '';`
 
-// The rows floorFiller writes, for each floorRows.
+// The rows floorFiller writes, without and with the times.
 const (
 	floorTaskRow      = "(?%d,'todo','default',2,?%d,?%d)"
 	floorEventRows    = "('task.created',?%d,NULL,'inbox'),('task.todo',?%d,'inbox','todo')"
 	floorTimedTaskRow = "(?%d,'todo','default',2,?%d,?%d,?1,?1)"
-	cqTaskRow         = "(?%d,'todo','default',2,?%d,1,?%d,0,NULL,NULL,NULL,?1,?1,?1)"
 	timedEventRows    = "(?1,'task.created',?%d,NULL,'inbox'),(?1,'task.todo',?%d,'inbox','todo')"
 )
 
-func newFloorFiller(b *testing.B, c *sql.Conn, rows floorRows) *floorFiller {
+// newFloorFiller prepares the INSERTs into floorSchema's tables; timed
+// adds floorTimes first and writes the times too.
+func newFloorFiller(b *testing.B, c *sql.Conn, timed bool) *floorFiller {
 	b.Helper()
 	var tq, eq strings.Builder
 	var taskRow, eventRows string
-	switch rows {
-	case cqRows:
-		taskRow, eventRows = cqTaskRow, timedEventRows
-		tq.WriteString(`INSERT INTO tasks (id, state, queue, priority, seq, lane_head, spec, hold,
-			not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at) VALUES `)
-		eq.WriteString("INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES ")
-	case floorTimed:
+	if timed {
 		if _, err := c.ExecContext(context.Background(), floorTimes); err != nil {
 			b.Fatal(err)
 		}
 		taskRow, eventRows = floorTimedTaskRow, timedEventRows
 		tq.WriteString("INSERT INTO tasks (id, state, queue, priority, seq, spec, created_at, updated_at) VALUES ")
 		eq.WriteString("INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES ")
-	default:
+	} else {
 		taskRow, eventRows = floorTaskRow, floorEventRows
 		tq.WriteString("INSERT INTO tasks (id, state, queue, priority, seq, spec) VALUES ")
 		eq.WriteString("INSERT INTO events (kind, task_id, from_state, to_state) VALUES ")
@@ -166,78 +147,17 @@ func (f *floorFiller) fill(b *testing.B, from, n int) {
 	}
 }
 
-// BenchmarkFloorClaimComplete is the floor of BenchmarkClaimComplete: per
-// op the three commits the contract requires of one task run on its own
-// (the claim before the spawn, the start once the process exists, the
-// end once it exited), each the fewest statements that do it: a CAS
-// UPDATE per row that changes, a run row, and one event per transition.
-// The backlog is 1k tasks, which costs less than 1M.
-func BenchmarkFloorClaimComplete(b *testing.B) {
-	c := floorDB(b)
-	ctx := context.Background()
-	f := newFloorFiller(b, c, floorBare)
-	for n := 0; n < 1000+b.N; n += floorPer {
-		f.fill(b, n, floorPer)
-	}
-	checkpointed(b, c)
-	tx := func(stmts ...func() error) {
-		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			b.Fatal(err)
-		}
-		for _, s := range stmts {
-			if err := s(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cas := func(q string, args ...any) func() error {
-		return func() error {
-			res, err := c.ExecContext(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return fmt.Errorf("%s: %d rows", q, n)
-			}
-			return nil
-		}
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		var task string
-		run := fmt.Sprintf("r%012d", i)
-		tx(func() error {
-			return c.QueryRowContext(ctx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = 'default' ORDER BY priority, seq LIMIT 1`).Scan(&task)
-		}, func() error {
-			return cas(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id = ? AND state = 'todo'`, task)()
-		}, func() error {
-			return cas(`INSERT INTO runs (id, task_id, state, token) VALUES (?, ?, 'queued', 'tok')`, run, task)()
-		}, func() error {
-			return cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.doing', ?, ?, 'todo', 'doing')`, task, run)()
-		})
-		tx(cas(`UPDATE runs SET state = 'running', pid = 1 WHERE id = ? AND state = 'queued' AND token = 'tok'`, run),
-			cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('run.running', ?, ?, 'queued', 'running')`, task, run))
-		tx(cas(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id = ? AND state = 'running' AND token = 'tok'`, run),
-			cas(`UPDATE tasks SET state = 'done' WHERE id = ? AND state = 'doing'`, task),
-			cas(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.done', ?, ?, 'doing', 'done')`, task, run))
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
-}
-
-// BenchmarkFloorEnqueueBatch is the floor of BenchmarkEnqueueBatch: per
-// op 1000 tasks committed at once, each a task row of cq's size with its
-// two events (created, and the gateway step into todo), with floorSchema's
-// two indexes (the id key and the claim index) and nothing else.
-func BenchmarkFloorEnqueueBatch(b *testing.B) {
-	fillBatches(b, newFloorFiller(b, floorDB(b), floorBare))
-}
-
-// fillBatches commits b.N batches of 1000 tasks with f and reports
-// tasks/s.
-func fillBatches(b *testing.B, f *floorFiller) {
+// BenchmarkFloorEnqueueBatchTimed is the floor of BenchmarkEnqueueBatch
+// and decides the batch-enqueue goal's verdict: per op 1000 tasks
+// committed at once, each a task row of cq's size with its two events
+// (created, and the gateway step into todo) and the times every task and
+// event carries in cq's JSON (a task's created_at and updated_at, each
+// event's at, 24 characters each as cq stores them), with floorSchema's
+// two indexes and nothing else. It is the least a batch enqueue that
+// keeps the contract writes, with no Go work at all: any implementation
+// runs below it.
+func BenchmarkFloorEnqueueBatchTimed(b *testing.B) {
+	f := newFloorFiller(b, floorDB(b), true)
 	b.ResetTimer()
 	for i := range b.N {
 		f.fill(b, i*1000, 1000)
@@ -245,62 +165,23 @@ func fillBatches(b *testing.B, f *floorFiller) {
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
 }
 
-// BenchmarkFloorEnqueueBatchTimed is BenchmarkFloorEnqueueBatch with the
-// times every task and event carries in cq's JSON (a task's created_at
-// and updated_at, each event's at), 24 characters each as cq stores them:
-// the least a batch enqueue that keeps the contract writes, with no Go
-// work at all. Any implementation runs below it.
-func BenchmarkFloorEnqueueBatchTimed(b *testing.B) {
-	fillBatches(b, newFloorFiller(b, floorDB(b), floorTimed))
-}
-
-// BenchmarkFloorEnqueueBatchCqTables is BenchmarkFloorEnqueueBatch into
-// a store of cq's own schema (every index, constraint and AUTOINCREMENT),
-// the rows with the values cq's batch writes for a true task: what SQLite
-// costs for cq's tables, without cq's Go work (parsing, ids, JSON, the
-// statements' text) and with prepared statements.
-func BenchmarkFloorEnqueueBatchCqTables(b *testing.B) {
-	ctx := context.Background()
-	d, err := db.Open(ctx, filepath.Join(b.TempDir(), "cq.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
-	c, err := d.SQL.Conn(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	fillBatches(b, newFloorFiller(b, c, cqRows))
-}
-
-// floorSlots is the runs in flight of the batched floors, as many as
+// floorSlots is the runs in flight of BenchmarkFloorWorkerCycle, as many as
 // BenchmarkClaimCompleteBatched's.
 const floorSlots = batchSlots
 
 // BenchmarkFloorWorkerCycle is the floor of BenchmarkWorkerCycle at
-// floorSlots runs in flight, over floorSchema's tables with a 1k backlog:
-// as in cq worker when its tasks end before their starts are recorded on
-// their own, one commit per cycle records the starts of the runs in
-// flight, then their ends, then claims as many tasks (their heads read
-// at once). One op is one task run from claim to end.
-//
-// per-row writes every row that changes with its own statement, a CAS
-// UPDATE per task and per run, as cq's store does; set-based writes each
-// step's rows with one statement (an UPDATE of all the ids, a multi-row
-// INSERT), checking that every row changed. The gap between the two is
-// what a store that moved a cycle's rows by sets would gain; per-row is
-// the ceiling of cq's design of one CAS statement per row.
+// floorSlots runs in flight, over floorSchema's tables with a 1k backlog,
+// and decides the claim+complete goal's verdict: as in cq worker when its
+// tasks end before their starts are recorded on their own, one commit
+// per cycle records the starts of the runs in flight, then their ends,
+// then claims as many tasks (their heads read at once). Each step's rows
+// are written with one statement (an UPDATE of all the ids, a multi-row
+// INSERT), checking that every row changed, as cq's store does. One op is
+// one task run from claim to end.
 func BenchmarkFloorWorkerCycle(b *testing.B) {
-	for _, mode := range []string{"per-row", "set-based"} {
-		b.Run(mode, func(b *testing.B) { floorWorkerCycle(b, mode == "set-based") })
-	}
-}
-
-func floorWorkerCycle(b *testing.B, sets bool) {
 	c := floorDB(b)
 	ctx := context.Background()
-	f := newFloorFiller(b, c, floorBare)
+	f := newFloorFiller(b, c, false)
 	for n := 0; n < 1000+b.N+floorSlots; n += floorPer {
 		f.fill(b, n, floorPer)
 	}
@@ -338,29 +219,15 @@ func floorWorkerCycle(b *testing.B, sets bool) {
 		exec("BEGIN IMMEDIATE", -1)
 		// The starts of the runs in flight, then their ends.
 		if k := len(inflight); k > 0 {
-			if sets {
-				exec(`UPDATE runs SET state = 'running', pid = 1 WHERE id IN (`+list(k)+`) AND state = 'queued' AND token = 'tok'`, k, ids(func(r run) string { return r.id })...)
-				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('run.running', ?, ?, 'queued', 'running')", k), k, pairs()...)
-			} else {
-				for _, r := range inflight {
-					exec(`UPDATE runs SET state = 'running', pid = 1 WHERE id = ? AND state = 'queued' AND token = 'tok'`, 1, r.id)
-					exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('run.running', ?, ?, 'queued', 'running')`, 1, r.task, r.id)
-				}
-			}
-			if sets {
-				exec(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id IN (`+list(k)+`) AND state = 'running' AND token = 'tok'`, k, ids(func(r run) string { return r.id })...)
-				exec(`UPDATE tasks SET state = 'done' WHERE id IN (`+list(k)+`) AND +state = 'doing'`, k, ids(func(r run) string { return r.task })...)
-				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.done', ?, ?, 'doing', 'done')", k), k, pairs()...)
-			} else {
-				for _, r := range inflight {
-					exec(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id = ? AND state = 'running' AND token = 'tok'`, 1, r.id)
-					exec(`UPDATE tasks SET state = 'done' WHERE id = ? AND state = 'doing'`, 1, r.task)
-					exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.done', ?, ?, 'doing', 'done')`, 1, r.task, r.id)
-				}
-			}
+			runIDs, taskIDs := ids(func(r run) string { return r.id }), ids(func(r run) string { return r.task })
+			exec(`UPDATE runs SET state = 'running', pid = 1 WHERE id IN (`+list(k)+`) AND state = 'queued' AND token = 'tok'`, k, runIDs...)
+			exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('run.running', ?, ?, 'queued', 'running')", k), k, pairs()...)
+			exec(`UPDATE runs SET state = 'succeeded', exit_code = 0 WHERE id IN (`+list(k)+`) AND state = 'running' AND token = 'tok'`, k, runIDs...)
+			exec(`UPDATE tasks SET state = 'done' WHERE id IN (`+list(k)+`) AND +state = 'doing'`, k, taskIDs...)
+			exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.done', ?, ?, 'doing', 'done')", k), k, pairs()...)
 			done += k
 		}
-		// Claim as many: the heads in one read, then the CAS and the run.
+		// Claim as many: the heads in one read, then the CAS and the runs.
 		inflight = inflight[:0]
 		want := min(floorSlots, b.N-done)
 		if want > 0 {
@@ -378,17 +245,13 @@ func floorWorkerCycle(b *testing.B, sets bool) {
 			}
 			rs.Close()
 			k := len(inflight)
-			if sets {
-				exec(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id IN (`+list(k)+`) AND +state = 'todo'`, k, ids(func(r run) string { return r.task })...)
-				exec(`INSERT INTO runs (id, task_id, state, token) VALUES `+rows("(?, ?, 'queued', 'tok')", k), k, ids2(inflight, func(i int) (string, string) { return inflight[i].id, inflight[i].task })...)
-				exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.doing', ?, ?, 'todo', 'doing')", k), k, pairs()...)
-			} else {
-				for _, r := range inflight {
-					exec(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id = ? AND state = 'todo'`, 1, r.task)
-					exec(`INSERT INTO runs (id, task_id, state, token) VALUES (?, ?, 'queued', 'tok')`, 1, r.id, r.task)
-					exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES ('task.doing', ?, ?, 'todo', 'doing')`, 1, r.task, r.id)
-				}
+			newRuns := make([]any, 0, 2*k)
+			for _, r := range inflight {
+				newRuns = append(newRuns, r.id, r.task)
 			}
+			exec(`UPDATE tasks SET state = 'doing', attempts = attempts + 1 WHERE id IN (`+list(k)+`) AND +state = 'todo'`, k, ids(func(r run) string { return r.task })...)
+			exec(`INSERT INTO runs (id, task_id, state, token) VALUES `+rows("(?, ?, 'queued', 'tok')", k), k, newRuns...)
+			exec(`INSERT INTO events (kind, task_id, run_id, from_state, to_state) VALUES `+rows("('task.doing', ?, ?, 'todo', 'doing')", k), k, pairs()...)
 		}
 		exec("COMMIT", -1)
 		if len(inflight) == 0 {
@@ -396,14 +259,4 @@ func floorWorkerCycle(b *testing.B, sets bool) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
-}
-
-// ids2 is the two values pick gives for each of rs, in order.
-func ids2[T any](rs []T, pick func(int) (string, string)) []any {
-	out := make([]any, 0, 2*len(rs))
-	for i := range rs {
-		a, c := pick(i)
-		out = append(out, a, c)
-	}
-	return out
 }
