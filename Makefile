@@ -10,7 +10,7 @@ FUZZTIME ?= 20s
 # How bin/cq (and bench's floor binary) are built: without the symbol table
 # and DWARF (-s -w), and linked statically (cgo's libc too, so no dynamic
 # loader runs at start). Each cq command then starts about 1 ms sooner
-# (bench/README.md, "How cq is built"). Panics still print their stack
+# (docs/performance.md, "Choices the measurements made"). Panics still print their stack
 # traces and CPU profiles still name functions. go test builds as usual.
 # Where no static libc is installed, build falls back to go build's defaults.
 BUILD_TAGS    := osusergo netgo sqlite_omit_load_extension
@@ -47,7 +47,7 @@ $(GOLANGCI):
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
-bench: build bench-bins $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (~10 min)
+bench: build bench-bins $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (12-25 min)
 	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq
 
 bench-go: $(BENCHSTAT) ## only bench's Go benchmarks (internal/queue), benchstat, their goals (~2 min)
