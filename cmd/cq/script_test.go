@@ -426,6 +426,13 @@ func TestScriptCommands(t *testing.T) {
 		"waitfile_missing":  "waitfile nope 200ms\n",
 		"waitprocs_none":    "waitprocs no-such-run 1 200ms\n",
 		"waitprocs_alive":   "exec env CQ_RUN_ID=sc-fake-run sleep 30 &p&\nwaitprocs sc-fake-run 1\nwaitprocs sc-fake-run 0 300ms\n",
+		"fixture_no_task":   "exec cq enqueue --id t -- true\nfixture task nosuch state=done\n",
+		"fixture_bad_key":   "exec cq enqueue --id t -- true\nfixture task t colour=red\n",
+		"fixture_bad_time":  "exec cq enqueue --id t -- true\nfixture task t state=done finished=yesterday\n",
+		"fixture_no_store":  "fixture task t state=done\n",
+		"fixture_state":     "exec cq enqueue --id t -- true\nfixture task t state=failed\nexec cq show -o json t\njq .state done\n",
+		"fixture_run_task":  "exec cq enqueue --id t -- true\nfixture run r1 nosuch attempt=1 state=failed\n",
+		"fixture_version":   "exec cq enqueue --id t -- true\nfixture schema-version 99\nfixture schema-version\nstdout '^98$'\n",
 		"jq_neg_expr":       "exec echo '{\"n\":1}'\njq -.n 1\n",
 		"sql_rows_compare":  "exec cq enqueue --id t -- true\nsql 'SELECT id, state FROM tasks'\nstdout '^t\\tinbox$'\n",
 	}
@@ -466,6 +473,17 @@ waitprocs sc-fake-pass 1
 sigbg TERM
 wait p
 waitprocs sc-fake-pass 0 5s
+exec cq enqueue --id u -- true
+fixture task u state=done finished=-31d
+exec cq show -o json u
+jq .state done
+fixture run ru u attempt=1 state=failed worker=w1 exit=2 started=-70s
+exec cq show -o json u
+jq '.runs | length' 1
+jq .runs[0].exit_code 2
+fixture schema-version 99
+fixture schema-version
+stdout '^99$'
 -- f --
 x
 -- nothing --
