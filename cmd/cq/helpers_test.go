@@ -1,8 +1,8 @@
 package main
 
 // Helpers shared by the test suites of this package: the set-up and the
-// custom commands of the testscript suites (script_test.go for
-// testdata/script and testdata/ops, worker_test.go for testdata/worker),
+// custom commands of the testscript suites (script_test.go, one set for
+// testdata/script, testdata/worker and testdata/ops),
 // the harness that proves those commands can fail, and the environment
 // in which the Go tests run cq processes (ops_test.go, worker_test.go,
 // race_test.go).
@@ -32,10 +32,13 @@ import (
 // ---- testscript: set-up ----
 
 // scriptSetup gives every script HOME=$WORK, CQ_HOME=$WORK/home, TZ=UTC
-// and a GORACE that keeps a -race cq from sleeping at exit.
+// and a GORACE that keeps a -race cq from sleeping at exit. The store is
+// $CQ_TEST_DB when the test runs with one (so that the same scripts run
+// on another database), else cq's default in the home.
 func scriptSetup(env *testscript.Env) error {
 	env.Setenv("HOME", env.WorkDir)
 	env.Setenv("CQ_HOME", filepath.Join(env.WorkDir, "home"))
+	env.Setenv("CQ_DB", os.Getenv("CQ_TEST_DB"))
 	env.Setenv("TZ", "UTC")
 	env.Setenv("GORACE", noExitSleep(env.Getenv("GORACE")))
 	return nil
@@ -54,77 +57,67 @@ func noExitSleep(g string) string {
 // scriptCmd is a testscript custom command.
 type scriptCmd = func(ts *testscript.TestScript, neg bool, args []string)
 
-// ---- testscript: commands shared by the suites under their own names ----
+// ---- testscript: status and mode ----
 
-// cmdExitCode is `NAME CODE PROG [ARGS...]`: run PROG like exec and
-// require its exit code to be exactly CODE (0 included). The script
-// suites call it status, the worker suite exitcode.
-func cmdExitCode(name string) scriptCmd {
-	return func(ts *testscript.TestScript, neg bool, args []string) {
-		if neg {
-			ts.Fatalf("%s does not support !", name)
+// cmdStatus is `status CODE PROG [ARGS...]`: run PROG like exec and
+// require its exit code to be exactly CODE (0 included).
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("status does not support !")
+	}
+	if len(args) < 2 {
+		ts.Fatalf("usage: status CODE PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("status: bad code %q", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("status: %v", err)
 		}
-		if len(args) < 2 {
-			ts.Fatalf("usage: %s CODE PROG [ARGS...]", name)
-		}
-		want, err := strconv.Atoi(args[0])
-		if err != nil {
-			ts.Fatalf("%s: bad code %q", name, args[0])
-		}
-		err = ts.Exec(args[1], args[2:]...)
-		got := 0
-		if err != nil {
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) {
-				ts.Fatalf("%s: %v", name, err)
-			}
-			got = ee.ExitCode()
-		}
-		if got != want {
-			ts.Fatalf("%s exited %d, want %d", args[1], got, want)
-		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 	}
 }
 
-// cmdFileMode is `NAME PERM FILE...`: each FILE must have exactly the
-// permission bits PERM (octal). The script suites call it mode, the
-// worker suite filemode.
-func cmdFileMode(name string) scriptCmd {
-	return func(ts *testscript.TestScript, neg bool, args []string) {
-		if neg || len(args) < 2 {
-			ts.Fatalf("usage: %s PERM FILE...", name)
-		}
-		want, err := strconv.ParseUint(args[0], 8, 32)
-		if err != nil {
-			ts.Fatalf("%s: bad permission %q", name, args[0])
-		}
-		for _, f := range args[1:] {
-			st, err := os.Stat(ts.MkAbs(f))
-			ts.Check(err)
-			if got := st.Mode().Perm(); got != os.FileMode(want) {
-				ts.Fatalf("%s has mode %04o, want %04o", f, got, want)
-			}
+// cmdMode is `mode PERM FILE...`: each FILE must have exactly the
+// permission bits PERM (octal).
+func cmdMode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: mode PERM FILE...")
+	}
+	want, err := strconv.ParseUint(args[0], 8, 32)
+	if err != nil {
+		ts.Fatalf("mode: bad permission %q", args[0])
+	}
+	for _, f := range args[1:] {
+		st, err := os.Stat(ts.MkAbs(f))
+		ts.Check(err)
+		if got := st.Mode().Perm(); got != os.FileMode(want) {
+			ts.Fatalf("%s has mode %04o, want %04o", f, got, want)
 		}
 	}
 }
 
 // ---- testscript: jq and envout ----
 
-// jqSyntax is one suite's flavour of the jq command (and of envout,
-// which reads the same arguments). The suites differ in two details,
-// kept here as fields so that neither changes silently.
+// jqSyntax is the jq command (and envout, which reads the same
+// arguments): an argument before the expression that starts with "-" is
+// an option, except "-" itself and one starting with "-.", which is the
+// expression (a negation); a result JSON cannot encode fails the script.
 type jqSyntax struct {
-	// name is the command's name: jq (script suites) or jqis (worker).
+	// name is the command's name in messages.
 	name string
-	// dashExpr: an argument "-" or starting with "-." is the expression,
-	// not an option (worker); otherwise every argument starting with "-"
-	// before the expression is an option (script suites).
-	dashExpr bool
-	// lenientRender: a result JSON cannot encode (an infinity) renders as
-	// "<unrenderable …>", which equals no WANT (worker); otherwise it
-	// fails the script (script suites).
-	lenientRender bool
 }
+
+// scriptJQ is the jq and envout of every suite.
+var scriptJQ = jqSyntax{name: "jq"}
 
 // jqArgs is a parsed jq command line.
 type jqArgs struct {
@@ -140,7 +133,7 @@ func (s jqSyntax) isOption(arg string) bool {
 	if !strings.HasPrefix(arg, "-") {
 		return false
 	}
-	return !s.dashExpr || (len(arg) > 1 && arg[1] != '.')
+	return len(arg) > 1 && arg[1] != '.'
 }
 
 func (s jqSyntax) parse(ts *testscript.TestScript, args []string) jqArgs {
@@ -183,14 +176,11 @@ func (s jqSyntax) eval(ts *testscript.TestScript, a jqArgs) any {
 }
 
 // render is the text form of a result, as jqRender, failing the script
-// on a result JSON cannot encode unless s.lenientRender.
+// on a result JSON cannot encode.
 func (s jqSyntax) render(ts *testscript.TestScript, v any, quoted bool) string {
 	out, err := jqRender(v, quoted)
 	if err != nil {
-		if !s.lenientRender {
-			ts.Fatalf("%s: cannot render %v: %v", s.name, v, err)
-		}
-		return fmt.Sprintf("<unrenderable %v>", v)
+		ts.Fatalf("%s: cannot render %v: %v", s.name, v, err)
 	}
 	return out
 }

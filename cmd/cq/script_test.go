@@ -9,11 +9,16 @@ package main
 // Conventions: a command expected to fail runs under status with its exact
 // exit code; every successful `exec cq` is followed by `! stderr .`;
 // states that need a worker (doing, done, failed, runs, a retry backoff)
-// are fixtures written with sql, and say so; a umask is set by running cq
+// are written with the fixture command, and say so; a umask is set by running cq
 // under `sh -c 'umask 0 && exec cq …'` in its own process, never in the
 // test process, where it would be process-wide.
 //
-// Custom script commands, beside testscript's built-ins:
+// The store is $CQ_TEST_DB when set (see scriptSetup); lines about the
+// SQLite file in the home run under [defaultdb], and scripts about that
+// file alone (files, store) clear CQ_DB first.
+//
+// Custom script commands, beside testscript's built-ins, the same for
+// testdata/script, testdata/worker and testdata/ops:
 //
 //	status CODE PROG [ARGS...]
 //	    Run PROG like exec and require its exit code to be exactly CODE
@@ -24,7 +29,8 @@ package main
 //	[!] jq [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT
 //	    Evaluate the jq expression EXPR (gojq) on the JSON of the last
 //	    command's stdout, or of FILE with -in, and compare the result with
-//	    WANT. The input must hold exactly one JSON value, unless -s
+//	    WANT. An argument before EXPR that starts with "-" is an option,
+//	    except "-" and one starting with "-.", which is EXPR. The input must hold exactly one JSON value, unless -s
 //	    (slurp) is given: then every JSON value of the input (one per line
 //	    for JSONL) is put in one array, which is the input, as with jq -s.
 //	    EXPR must yield exactly one result, rendered as compact JSON with
@@ -47,13 +53,23 @@ package main
 //	    Each FILE must have exactly the permission bits PERM (octal, e.g.
 //	    0600).
 //
-//	sql DBFILE STATEMENT
-//	    Run one SQL statement on the SQLite database DBFILE with a
-//	    connection of its own, closed before the command returns; rows
+//	fixture task ID KEY=VALUE...
+//	fixture run RUNID TASKID KEY=VALUE...
+//	fixture schema-version [N]
+//	    Write what no command reaches without a worker or without
+//	    waiting, through the store package: a task's state=, finished=,
+//	    not_before=, not_before_why=, blocked_reason=; a run of a task
+//	    (attempt=, state=, queue=, worker=, exit=, signal=, error=,
+//	    created=, started=, ended=); a schema version from a newer cq
+//	    (without N: print it). Times are now, an offset from now (-31d,
+//	    -70s) or absolute. The store is the script's ($CQ_DB, else the
+//	    home's). See fixture_test.go.
+//
+//	sql STATEMENT
+//	    Run one SQL statement on the script's store (a SQLite file) with
+//	    a connection of its own, closed before the command returns; rows
 //	    it returns are printed to stdout, one per line, columns separated
-//	    by tabs. Used for fixtures (a schema version from the future, a
-//	    state no command can reach without a worker) and to look at what
-//	    is stored.
+//	    by tabs. Only for looking at what no command shows.
 //
 //	lines N FILE
 //	    FILE ("stdout" or "stderr" for the last command's) must have
@@ -63,15 +79,38 @@ package main
 //	    Poll FILE (written by a background command) until it has at least
 //	    N complete lines; fail if that takes more than 30 seconds. This is
 //	    how scripts wait for a background process, never with a sleep.
+//
+//	waitstate ID STATE [TIMEOUT]
+//	    Poll cq show ID until the task is in STATE; fail at TIMEOUT
+//	    (default 30s).
+//
+//	waitjq ID EXPR WANT [TIMEOUT]
+//	    Poll cq show ID -o json until EXPR yields WANT (as for jq).
+//
+//	waitfile FILE [TIMEOUT]
+//	    Poll until FILE exists.
+//
+//	waitprocs RUNID N [TIMEOUT]
+//	    Poll /proc until the live (non-zombie) processes whose environment
+//	    holds CQ_RUN_ID=RUNID number at least N, or, for N = 0, none.
+//
+//	sigbg SIGNAL
+//	    Send SIGNAL (TERM, INT, KILL, STOP, CONT) to every background
+//	    command started since the last wait (testscript's kill knows only
+//	    INT and KILL).
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,42 +157,53 @@ func scripts(t *testing.T, bugs bool) []string {
 	return out
 }
 
-// scriptJQ is the jq flavour of testdata/script and testdata/ops (see
-// jqSyntax): every argument before EXPR that starts with "-" is an
-// option, and a result JSON cannot encode fails the script.
-var scriptJQ = jqSyntax{name: "jq"}
-
-// scriptCmds are the custom commands of testdata/script and testdata/ops.
+// scriptCmds are the custom commands of every suite.
 var scriptCmds = map[string]scriptCmd{
-	"status":    cmdExitCode("status"),
+	"status":    cmdStatus,
 	"jq":        scriptJQ.cmdJQ,
 	"envout":    scriptJQ.cmdEnvout,
-	"mode":      cmdFileMode("mode"),
+	"mode":      cmdMode,
 	"sql":       cmdSQL,
+	"fixture":   cmdFixture,
 	"lines":     cmdLines,
 	"waitlines": cmdWaitlines,
+	"waitstate": cmdWaitstate,
+	"waitjq":    cmdWaitjq,
+	"waitfile":  cmdWaitfile,
+	"waitprocs": cmdWaitprocs,
+	"sigbg":     cmdSigbg,
 }
+
+// waitDefault is the default deadline of the wait commands.
+const waitDefault = 30 * time.Second
 
 func scriptParams(files []string) testscript.Params {
 	return testscript.Params{
-		Files: files,
-		Setup: scriptSetup,
-		Cmds:  scriptCmds,
+		Files:     files,
+		Setup:     scriptSetup,
+		Cmds:      scriptCmds,
+		Condition: scriptCondition,
 	}
 }
 
+// scriptCondition knows [defaultdb]: the script's store is cq's default,
+// the SQLite file cq.db in the home (no $CQ_TEST_DB), so lines about that
+// file hold.
+func scriptCondition(cond string) (bool, error) {
+	if cond == "defaultdb" {
+		return os.Getenv("CQ_TEST_DB") == "", nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
 func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: sql DBFILE STATEMENT")
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sql STATEMENT")
 	}
-	path := ts.MkAbs(args[0])
-	if _, err := os.Stat(path); err != nil {
-		ts.Fatalf("sql: %v", err)
-	}
-	d, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000")
+	d, err := sql.Open("sqlite3", "file:"+fixturePath(ts)+"?_busy_timeout=10000")
 	ts.Check(err)
 	defer func() { ts.Check(d.Close()) }()
-	rows, err := d.Query(args[1])
+	rows, err := d.Query(args[0])
 	ts.Check(err)
 	defer rows.Close()
 	cols, err := rows.Columns()
@@ -221,30 +271,170 @@ func cmdWaitlines(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// scriptCQ runs cq in the script's environment without touching the
+// script's stdout and stderr.
+func scriptCQ(ts *testscript.TestScript, args ...string) (string, string, error) {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CQ_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") &&
+			!strings.HasPrefix(kv, "GORACE=") {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range []string{"CQ_HOME", "CQ_DB", "HOME", "PATH", "GORACE", "TZ"} {
+		if v := ts.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "cq", args...)
+	cmd.Env, cmd.Dir = env, ts.MkAbs(".")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// waitTimeoutArg parses an optional trailing TIMEOUT.
+func waitTimeoutArg(ts *testscript.TestScript, args []string, n int) time.Duration {
+	if len(args) <= n {
+		return waitDefault
+	}
+	d, err := time.ParseDuration(args[n])
+	if err != nil {
+		ts.Fatalf("bad timeout %q", args[n])
+	}
+	return d
+}
+
+// scriptPoll polls cond until it reports true, failing the script with
+// its last description at the deadline.
+func scriptPoll(ts *testscript.TestScript, timeout time.Duration, what string, cond func() (bool, string)) {
+	ok, last, took := poll(timeout, cond)
+	if !ok {
+		ts.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
+	}
+	ts.Logf("%s: after %v", what, took.Round(time.Millisecond))
+}
+
+func cmdWaitstate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: waitstate ID STATE [TIMEOUT]")
+	}
+	waitShow(ts, args[0], jqArgs{expr: ".state"}, args[1], waitTimeoutArg(ts, args, 2))
+}
+
+func cmdWaitjq(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 || len(args) > 4 {
+		ts.Fatalf("usage: waitjq ID EXPR WANT [TIMEOUT]")
+	}
+	waitShow(ts, args[0], jqArgs{expr: args[1]}, args[2], waitTimeoutArg(ts, args, 3))
+}
+
+func waitShow(ts *testscript.TestScript, id string, a jqArgs, want string, timeout time.Duration) {
+	scriptPoll(ts, timeout, fmt.Sprintf("task %s: %s == %s", id, a.expr, want), func() (bool, string) {
+		out, errs, err := scriptCQ(ts, "show", "-o", "json", id)
+		if err != nil {
+			return false, fmt.Sprintf("cq show: %v: %s", err, errs)
+		}
+		v, err := jqEval(a, out)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := scriptJQ.render(ts, v, strings.HasPrefix(want, `"`))
+		return got == want, got
+	})
+}
+
+func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: waitfile FILE [TIMEOUT]")
+	}
+	path := ts.MkAbs(args[0])
+	scriptPoll(ts, waitTimeoutArg(ts, args, 1), "file "+args[0], func() (bool, string) {
+		_, err := os.Stat(path)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func cmdWaitprocs(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: waitprocs RUNID N [TIMEOUT]")
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || args[0] == "" {
+		ts.Fatalf("waitprocs: bad arguments %q", args)
+	}
+	what := fmt.Sprintf("processes of run %s: at least %d", args[0], n)
+	if n == 0 {
+		what = fmt.Sprintf("processes of run %s: none", args[0])
+	}
+	scriptPoll(ts, waitTimeoutArg(ts, args, 2), what, func() (bool, string) { return wkProcsReached(args[0], n) })
+}
+
+var scriptSignals = map[string]syscall.Signal{
+	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL,
+	"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
+}
+
+func cmdSigbg(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sigbg SIGNAL")
+	}
+	sig, ok := scriptSignals[strings.TrimPrefix(args[0], "SIG")]
+	if !ok {
+		ts.Fatalf("sigbg: unknown signal %q", args[0])
+	}
+	cmds := ts.BackgroundCmds()
+	if len(cmds) == 0 {
+		ts.Fatalf("sigbg: no background command")
+	}
+	for _, c := range cmds {
+		if err := c.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			ts.Fatalf("sigbg: %v", err)
+		}
+	}
+}
+
 // TestScriptCommands checks that the custom commands above can fail: each
 // script below must fail, and the last one, which uses every command the
 // way the suites do, must pass.
 func TestScriptCommands(t *testing.T) {
 	cases := map[string]string{
-		"jq_differs":       "exec echo '{\"a\":\"x\"}'\njq .a y\n",
-		"jq_neg_same":      "exec echo '{\"a\":\"x\"}'\n! jq .a x\n",
-		"jq_quoted_type":   "exec echo '{\"n\":1}'\njq .n '\"1\"'\n",
-		"jq_null_string":   "exec echo '{\"k\":\"null\"}'\njq '.k == null' true\n",
-		"jq_not_json":      "exec echo 'not json'\njq . x\n",
-		"jq_two_values":    "exec printf '{}\\n{}\\n'\njq . '{}'\n",
-		"jq_two_results":   "exec echo '[1,2]'\njq '.[]' 1\n",
-		"jq_bad_expr":      "exec echo '{}'\n! jq '.[' x\n",
-		"jq_slurp":         "exec printf '%s\\n%s\\n' '{\"a\":1}' '{\"a\":2}'\njq -s 'map(.a)' '[2,1]'\n",
-		"jq_arg":           "exec echo '{\"a\":\"x\"}'\njq --arg v y '.a == $v' true\n",
-		"status_code":      "status 3 sh -c 'exit 4'\n",
-		"status_zero":      "status 0 sh -c 'exit 1'\n",
-		"status_nonzero":   "status 1 sh -c 'exit 0'\n",
-		"lines_count":      "exec echo one\nlines 2 stdout\n",
-		"lines_zero":       "exec echo one\nlines 0 stdout\n",
-		"mode_differs":     "chmod 0644 f\nmode 0600 f\n-- f --\nx\n",
-		"envout_value":     "exec echo ' v1 '\nenvout V\nexec echo $V\nstdout '^v2$'\n",
-		"envout_jq_value":  "exec echo '{\"a\":\"x\"}'\nenvout V .a\nexec echo $V\nstdout '^y$'\n",
-		"sql_rows_compare": "exec cq enqueue --id t -- true\nsql $CQ_HOME/cq.db 'SELECT id, state FROM tasks'\nstdout '^t\\tinbox$'\n",
+		"jq_differs":        "exec echo '{\"a\":\"x\"}'\njq .a y\n",
+		"jq_neg_same":       "exec echo '{\"a\":\"x\"}'\n! jq .a x\n",
+		"jq_quoted_type":    "exec echo '{\"n\":1}'\njq .n '\"1\"'\n",
+		"jq_null_string":    "exec echo '{\"k\":\"null\"}'\njq '.k == null' true\n",
+		"jq_not_json":       "exec echo 'not json'\njq . x\n",
+		"jq_two_values":     "exec printf '{}\\n{}\\n'\njq . '{}'\n",
+		"jq_two_results":    "exec echo '[1,2]'\njq '.[]' 1\n",
+		"jq_bad_expr":       "exec echo '{}'\n! jq '.[' x\n",
+		"jq_slurp":          "exec printf '%s\\n%s\\n' '{\"a\":1}' '{\"a\":2}'\njq -s 'map(.a)' '[2,1]'\n",
+		"jq_arg":            "exec echo '{\"a\":\"x\"}'\njq --arg v y '.a == $v' true\n",
+		"status_code":       "status 3 sh -c 'exit 4'\n",
+		"status_zero":       "status 0 sh -c 'exit 1'\n",
+		"status_nonzero":    "status 1 sh -c 'exit 0'\n",
+		"lines_count":       "exec echo one\nlines 2 stdout\n",
+		"lines_zero":        "exec echo one\nlines 0 stdout\n",
+		"mode_differs":      "chmod 0644 f\nmode 0600 f\n-- f --\nx\n",
+		"envout_value":      "exec echo ' v1 '\nenvout V\nexec echo $V\nstdout '^v2$'\n",
+		"envout_jq_value":   "exec echo '{\"a\":\"x\"}'\nenvout V .a\nexec echo $V\nstdout '^y$'\n",
+		"waitstate_never":   "exec cq enqueue --id t --hold -- true\nwaitstate t todo 300ms\n",
+		"waitstate_unknown": "waitstate nosuch todo 300ms\n",
+		"waitjq_never":      "exec cq enqueue --id t -- true\nwaitjq t .attempts 1 300ms\n",
+		"waitfile_missing":  "waitfile nope 200ms\n",
+		"waitprocs_none":    "waitprocs no-such-run 1 200ms\n",
+		"waitprocs_alive":   "exec env CQ_RUN_ID=sc-fake-run sleep 30 &p&\nwaitprocs sc-fake-run 1\nwaitprocs sc-fake-run 0 300ms\n",
+		"fixture_no_task":   "exec cq enqueue --id t -- true\nfixture task nosuch state=done\n",
+		"fixture_bad_key":   "exec cq enqueue --id t -- true\nfixture task t colour=red\n",
+		"fixture_bad_time":  "exec cq enqueue --id t -- true\nfixture task t state=done finished=yesterday\n",
+		"fixture_no_store":  "fixture task t state=done\n",
+		"fixture_state":     "exec cq enqueue --id t -- true\nfixture task t state=failed\nexec cq show -o json t\njq .state done\n",
+		"fixture_run_task":  "exec cq enqueue --id t -- true\nfixture run r1 nosuch attempt=1 state=failed\n",
+		"fixture_version":   "exec cq enqueue --id t -- true\nfixture schema-version 99\nfixture schema-version\nstdout '^98$'\n",
+		"jq_neg_expr":       "exec echo '{\"n\":1}'\njq -.n 1\n",
+		"sql_rows_compare":  "exec cq enqueue --id t -- true\nsql 'SELECT id, state FROM tasks'\nstdout '^t\\tinbox$'\n",
 	}
 	pass := `exec echo '{"a":"x","n":1,"k":null,"l":[1,"b"]}'
 jq .a x
@@ -270,14 +460,39 @@ lines 0 nothing
 chmod 0640 f
 mode 0640 f
 exec cq enqueue --id t -- true
-sql $CQ_HOME/cq.db 'SELECT id, state FROM tasks'
+sql 'SELECT id, state FROM tasks'
 stdout '^t\ttodo$'
 jq -in j.json .a 5
+jq -in j.json -.a -5
+jq -in j.json -s --arg v 5 'map(.a | tostring) | index($v)' 0
+waitstate t todo 5s
+waitjq t .attempts 0 5s
+waitfile f 1s
+! exec env CQ_RUN_ID=sc-fake-pass sleep 30 &p&
+waitprocs sc-fake-pass 1
+sigbg TERM
+wait p
+waitprocs sc-fake-pass 0 5s
+exec cq enqueue --id u -- true
+fixture task u state=done finished=-31d
+exec cq show -o json u
+jq .state done
+fixture run ru u attempt=1 state=failed worker=w1 exit=2 started=-70s
+exec cq show -o json u
+jq '.runs | length' 1
+jq .runs[0].exit_code 2
+fixture schema-version 99
+fixture schema-version
+stdout '^99$'
 -- f --
 x
 -- nothing --
 -- j.json --
 {"a":5}
 `
-	checkScriptCommands(t, scriptParams, cases, pass)
+	checkScriptCommands(t, func(files []string) testscript.Params {
+		p := wkScriptParams(t)
+		p.Files = files
+		return p
+	}, cases, pass)
 }

@@ -11,43 +11,7 @@ package main
 // with a deadline, generous because the machine may be small and loaded
 // and every cq process is built with -race.
 //
-// Custom script commands (names distinct from testdata/script's):
-//
-//	exitcode CODE PROG [ARGS...]
-//	    Run PROG like exec; its exit code must be exactly CODE (0
-//	    included). stdout and stderr are kept as after exec.
-//
-//	[!] jqis [-s] [-in FILE] [--arg NAME VALUE]... EXPR WANT
-//	    The jq expression EXPR (gojq) on the JSON of the last command's
-//	    stdout (or FILE; -s slurps every JSON value, e.g. JSONL, into one
-//	    array) must yield exactly one result equal to WANT: compact JSON,
-//	    a string unquoted unless WANT starts with a double quote.
-//
-//	envout NAME [[-s] [-in FILE] [--arg NAME VALUE]... EXPR]
-//	    Set NAME to the last command's stdout, trimmed, or to the result
-//	    of EXPR on it (rendered as for jqis).
-//
-//	waitstate ID STATE [TIMEOUT]
-//	    Poll cq show ID until the task is in STATE; fail at TIMEOUT
-//	    (default 30s).
-//
-//	waitjq ID EXPR WANT [TIMEOUT]
-//	    Poll cq show ID -o json until EXPR yields WANT (as for jqis).
-//
-//	waitfile FILE [TIMEOUT]
-//	    Poll until FILE exists.
-//
-//	waitprocs RUNID N [TIMEOUT]
-//	    Poll /proc until the live (non-zombie) processes whose environment
-//	    holds CQ_RUN_ID=RUNID number at least N, or, for N = 0, none.
-//
-//	filemode PERM FILE...
-//	    Each FILE has exactly the permission bits PERM (octal).
-//
-//	sigbg SIGNAL
-//	    Send SIGNAL (TERM, INT, KILL, STOP, CONT) to every background
-//	    command started since the last wait (testscript's kill knows only
-//	    INT and KILL).
+// The scripts use the custom commands of script_test.go.
 
 import (
 	"bufio"
@@ -70,226 +34,22 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// wkWaitDefault is the default deadline of the script wait commands.
-const wkWaitDefault = 30 * time.Second
-
 func TestWorkerScripts(t *testing.T) {
 	p := wkScriptParams(t)
 	p.Dir = filepath.Join("testdata", "worker")
 	testscript.Run(t, p)
 }
 
-// wkScriptParams are the scripts' set-up and custom commands.
+// wkScriptParams are the scripts' set-up and custom commands, with a
+// deadline that leaves the test time to report a script that hangs.
 func wkScriptParams(t *testing.T) testscript.Params {
 	deadline := time.Now().Add(240 * time.Second)
 	if d, ok := t.Deadline(); ok && d.Add(-15*time.Second).Before(deadline) {
 		deadline = d.Add(-15 * time.Second)
 	}
-	return testscript.Params{
-		Deadline: deadline,
-		Setup:    scriptSetup,
-		Cmds:     wkScriptCmds,
-	}
-}
-
-// wkJQ is the jq flavour of testdata/worker (see jqSyntax): an argument
-// "-" or starting with "-." is the expression, and a result JSON cannot
-// encode compares unequal instead of failing the script.
-var wkJQ = jqSyntax{name: "jqis", dashExpr: true, lenientRender: true}
-
-// wkScriptCmds are the custom commands of testdata/worker.
-var wkScriptCmds = map[string]scriptCmd{
-	"exitcode":  cmdExitCode("exitcode"),
-	"jqis":      wkJQ.cmdJQ,
-	"envout":    wkJQ.cmdEnvout,
-	"waitstate": wkCmdWaitstate,
-	"waitjq":    wkCmdWaitjq,
-	"waitfile":  wkCmdWaitfile,
-	"waitprocs": wkCmdWaitprocs,
-	"sigbg":     wkCmdSigbg,
-	"filemode":  cmdFileMode("filemode"),
-}
-
-// TestWorkerScriptCommands checks that the custom commands can fail:
-// each script below must fail, and the last one, which uses every
-// command the way the scripts do, must pass.
-func TestWorkerScriptCommands(t *testing.T) {
-	cases := map[string]string{
-		"jqis_differs":      "exec echo '{\"a\":\"x\"}'\njqis .a y\n",
-		"jqis_neg_same":     "exec echo '{\"a\":\"x\"}'\n! jqis .a x\n",
-		"jqis_quoted":       "exec echo '{\"n\":1}'\njqis .n '\"1\"'\n",
-		"jqis_not_json":     "exec echo nope\njqis . x\n",
-		"exitcode_other":    "exitcode 3 sh -c 'exit 4'\n",
-		"exitcode_zero":     "exitcode 0 sh -c 'exit 1'\n",
-		"envout_value":      "exec echo ' v1 '\nenvout V\nexec echo $V\nstdout '^v2$'\n",
-		"waitstate_never":   "exec cq enqueue --id t --hold -- true\nwaitstate t todo 300ms\n",
-		"waitstate_unknown": "waitstate nosuch todo 300ms\n",
-		"waitjq_never":      "exec cq enqueue --id t -- true\nwaitjq t .attempts 1 300ms\n",
-		"waitfile_missing":  "waitfile nope 200ms\n",
-		"waitprocs_none":    "waitprocs no-such-run 1 200ms\n",
-		"waitprocs_alive":   "exec env CQ_RUN_ID=wk-fake-run sleep 30 &p&\nwaitprocs wk-fake-run 1\nwaitprocs wk-fake-run 0 300ms\n",
-		"filemode_differs":  "chmod 0644 f\nfilemode 0600 f\n-- f --\nx\n",
-	}
-	pass := `exec echo '{"a":"x","n":1,"k":null}'
-jqis .a x
-jqis .a '"x"'
-! jqis .a y
-jqis .n 1
-jqis .k null
-envout A .a
-exec echo $A
-stdout '^x$'
-exec printf '%s\n%s\n' '{"a":1}' '{"a":2}'
-jqis -s 'map(.a)' '[1,2]'
-jqis -s --arg v 2 'map(.a | tostring) | index($v)' 1
-exitcode 0 sh -c 'exit 0'
-exitcode 4 sh -c 'echo out; exit 4'
-stdout '^out$'
-exec cq enqueue --id t -- true
-waitstate t todo 5s
-waitjq t .attempts 0 5s
-waitfile f 1s
-chmod 0640 f
-filemode 0640 f
-! exec env CQ_RUN_ID=wk-fake-pass sleep 30 &p&
-waitprocs wk-fake-pass 1
-sigbg TERM
-wait p
-waitprocs wk-fake-pass 0 5s
--- f --
-x
-`
-	checkScriptCommands(t, func(files []string) testscript.Params {
-		p := wkScriptParams(t)
-		p.Files = files
-		return p
-	}, cases, pass)
-}
-
-// wkScriptCQ runs cq in the script's environment without touching the
-// script's stdout and stderr.
-func wkScriptCQ(ts *testscript.TestScript, args ...string) (string, string, error) {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CQ_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") &&
-			!strings.HasPrefix(kv, "GORACE=") {
-			env = append(env, kv)
-		}
-	}
-	for _, k := range []string{"CQ_HOME", "CQ_DB", "HOME", "PATH", "GORACE", "TZ"} {
-		if v := ts.Getenv(k); v != "" {
-			env = append(env, k+"="+v)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "cq", args...)
-	cmd.Env, cmd.Dir = env, ts.MkAbs(".")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return out.String(), errb.String(), err
-}
-
-// wkTimeoutArg parses an optional trailing TIMEOUT.
-func wkTimeoutArg(ts *testscript.TestScript, args []string, n int) time.Duration {
-	if len(args) <= n {
-		return wkWaitDefault
-	}
-	d, err := time.ParseDuration(args[n])
-	if err != nil {
-		ts.Fatalf("bad timeout %q", args[n])
-	}
-	return d
-}
-
-// wkScriptPoll polls cond until it reports true, failing the script with
-// its last description at the deadline.
-func wkScriptPoll(ts *testscript.TestScript, timeout time.Duration, what string, cond func() (bool, string)) {
-	ok, last, took := poll(timeout, cond)
-	if !ok {
-		ts.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
-	}
-	ts.Logf("%s: after %v", what, took.Round(time.Millisecond))
-}
-
-func wkCmdWaitstate(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitstate ID STATE [TIMEOUT]")
-	}
-	wkWaitShow(ts, args[0], jqArgs{expr: ".state"}, args[1], wkTimeoutArg(ts, args, 2))
-}
-
-func wkCmdWaitjq(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 3 || len(args) > 4 {
-		ts.Fatalf("usage: waitjq ID EXPR WANT [TIMEOUT]")
-	}
-	wkWaitShow(ts, args[0], jqArgs{expr: args[1]}, args[2], wkTimeoutArg(ts, args, 3))
-}
-
-func wkWaitShow(ts *testscript.TestScript, id string, a jqArgs, want string, timeout time.Duration) {
-	wkScriptPoll(ts, timeout, fmt.Sprintf("task %s: %s == %s", id, a.expr, want), func() (bool, string) {
-		out, errs, err := wkScriptCQ(ts, "show", "-o", "json", id)
-		if err != nil {
-			return false, fmt.Sprintf("cq show: %v: %s", err, errs)
-		}
-		v, err := jqEval(a, out)
-		if err != nil {
-			return false, err.Error()
-		}
-		got := wkJQ.render(ts, v, strings.HasPrefix(want, `"`))
-		return got == want, got
-	})
-}
-
-func wkCmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 || len(args) > 2 {
-		ts.Fatalf("usage: waitfile FILE [TIMEOUT]")
-	}
-	path := ts.MkAbs(args[0])
-	wkScriptPoll(ts, wkTimeoutArg(ts, args, 1), "file "+args[0], func() (bool, string) {
-		_, err := os.Stat(path)
-		return err == nil, fmt.Sprint(err)
-	})
-}
-
-func wkCmdWaitprocs(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 || len(args) > 3 {
-		ts.Fatalf("usage: waitprocs RUNID N [TIMEOUT]")
-	}
-	n, err := strconv.Atoi(args[1])
-	if err != nil || n < 0 || args[0] == "" {
-		ts.Fatalf("waitprocs: bad arguments %q", args)
-	}
-	what := fmt.Sprintf("processes of run %s: at least %d", args[0], n)
-	if n == 0 {
-		what = fmt.Sprintf("processes of run %s: none", args[0])
-	}
-	wkScriptPoll(ts, wkTimeoutArg(ts, args, 2), what, func() (bool, string) { return wkProcsReached(args[0], n) })
-}
-
-var wkSignals = map[string]syscall.Signal{
-	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL,
-	"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
-}
-
-func wkCmdSigbg(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 {
-		ts.Fatalf("usage: sigbg SIGNAL")
-	}
-	sig, ok := wkSignals[strings.TrimPrefix(args[0], "SIG")]
-	if !ok {
-		ts.Fatalf("sigbg: unknown signal %q", args[0])
-	}
-	cmds := ts.BackgroundCmds()
-	if len(cmds) == 0 {
-		ts.Fatalf("sigbg: no background command")
-	}
-	for _, c := range cmds {
-		if err := c.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			ts.Fatalf("sigbg: %v", err)
-		}
-	}
+	p := scriptParams(nil)
+	p.Deadline = deadline
+	return p
 }
 
 // ---- processes ----

@@ -1,0 +1,262 @@
+package main
+
+// The fixture script command: states and times no command reaches
+// without a worker or without waiting, written through the store
+// package so that scripts name what they want (a task done 31 days ago,
+// a run that failed) and not how one backend stores it.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/queue"
+)
+
+const fixtureUsage = `usage: fixture task ID KEY=VALUE... | fixture run RUNID TASKID KEY=VALUE... | fixture schema-version [N]`
+
+// cmdFixture is the fixture command (see script_test.go).
+func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf(fixtureUsage)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if args[0] == "schema-version" && len(args) <= 2 {
+		if err := fixtureSchemaVersion(ctx, ts, args[1:]); err != nil {
+			ts.Fatalf("fixture %s: %v", strings.Join(args, " "), err)
+		}
+		return
+	}
+	s := fixtureStore(ts)
+	defer func() { ts.Check(s.DB.Close()) }()
+	var err error
+	switch {
+	case args[0] == "task" && len(args) >= 3:
+		err = fixtureTask(ctx, s, args[1], fixtureFields(ts, args[2:]))
+	case args[0] == "run" && len(args) >= 4:
+		err = fixtureRun(ctx, s, args[1], args[2], fixtureFields(ts, args[3:]))
+	default:
+		ts.Fatalf(fixtureUsage)
+	}
+	if err != nil {
+		ts.Fatalf("fixture %s: %v", strings.Join(args, " "), err)
+	}
+}
+
+// fixtureStore opens the script's store as cq finds it ($CQ_DB, else
+// the home's database), without draining the spool: a fixture must not
+// change what a script tests about the spool.
+func fixtureStore(ts *testscript.TestScript) *queue.Store {
+	d, err := db.Open(context.Background(), fixturePath(ts))
+	if err != nil {
+		ts.Fatalf("fixture: %v", err)
+	}
+	return queue.New(d)
+}
+
+// fixturePath is the script's store as cq resolves it; it must exist.
+func fixturePath(ts *testscript.TestScript) string {
+	a := &App{Getenv: ts.Getenv}
+	path, err := a.dbPath()
+	if err != nil {
+		ts.Fatalf("fixture: %v", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		ts.Fatalf("fixture: no store yet (run a cq command first): %v", err)
+	}
+	return path
+}
+
+// fixtureFields parses KEY=VALUE arguments; a key given twice fails.
+func fixtureFields(ts *testscript.TestScript, args []string) map[string]string {
+	f := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			ts.Fatalf("fixture: %q is not KEY=VALUE", a)
+		}
+		if _, dup := f[k]; dup {
+			ts.Fatalf("fixture: %s given twice", k)
+		}
+		f[k] = v
+	}
+	return f
+}
+
+// fixtureWhen is a time: "now", an offset from now (-31d, -70s, -2h,
+// +1h), or an absolute time in the store's format.
+func fixtureWhen(now time.Time, v string) (string, error) {
+	if v == "now" {
+		return queue.FormatTime(now), nil
+	}
+	if t, err := time.Parse(queue.TimeFormat, v); err == nil {
+		return queue.FormatTime(t), nil
+	}
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil {
+			return "", fmt.Errorf("bad time %q", v)
+		}
+		return queue.FormatTime(now.Add(time.Duration(days) * 24 * time.Hour)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return "", fmt.Errorf("bad time %q (want now, -31d, -70s or %s)", v, queue.TimeFormat)
+	}
+	return queue.FormatTime(now.Add(d)), nil
+}
+
+var fixtureTerminal = map[string]bool{"done": true, "failed": true, "cancelled": true}
+
+// fixtureTask changes task id:
+//
+//	state=S            the task's state; a finished one (done, failed,
+//	                   cancelled) leaves its key lane and is finished when
+//	                   it was last updated, unless finished= says when
+//	finished=WHEN      its finish time
+//	not_before=WHEN    when it becomes due
+//	not_before_why=W   retry or scheduled
+//	blocked_reason=R   why it is blocked
+func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]string) error {
+	now := s.Now()
+	var sets []string
+	var vals []any
+	set := func(col string, v any) {
+		sets = append(sets, col+" = ?")
+		vals = append(vals, v)
+	}
+	for k, v := range f {
+		switch k {
+		case "state":
+			set("state", v)
+			if fixtureTerminal[v] {
+				set("lane_head", 0)
+				if _, ok := f["finished"]; !ok {
+					sets = append(sets, "finished_at = updated_at")
+				}
+			}
+		case "finished", "not_before":
+			t, err := fixtureWhen(now, v)
+			if err != nil {
+				return err
+			}
+			col := map[string]string{"finished": "finished_at", "not_before": "not_before"}[k]
+			set(col, t)
+		case "not_before_why", "blocked_reason":
+			set(k, v)
+		default:
+			return fmt.Errorf("unknown key %q (state, finished, not_before, not_before_why, blocked_reason)", k)
+		}
+	}
+	return s.DB.Write(ctx, func(tx *db.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(sets, ", ")+" WHERE id = ?", append(vals, id)...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("no task %q (%v)", id, err)
+		}
+		return nil
+	})
+}
+
+// fixtureRun adds run runID of task taskID:
+//
+//	attempt=N, state=S   required
+//	queue=Q              default: the task's queue
+//	worker=W, exit=N, signal=S, error=E
+//	created=WHEN         default: when the task was created
+//	started=WHEN
+//	ended=WHEN           default: when the task finished
+func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map[string]string) error {
+	now := s.Now()
+	cols := []string{"id", "task_id"}
+	vals := []any{runID, taskID}
+	add := func(col string, v any) {
+		cols = append(cols, col)
+		vals = append(vals, v)
+	}
+	if f["attempt"] == "" || f["state"] == "" {
+		return errors.New("attempt= and state= are required")
+	}
+	for k, v := range f {
+		switch k {
+		case "attempt", "exit":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("bad %s %q", k, v)
+			}
+			add(map[string]string{"attempt": "attempt", "exit": "exit_code"}[k], n)
+		case "state", "queue", "worker", "signal", "error":
+			add(k, v)
+		case "created", "started", "ended":
+			t, err := fixtureWhen(now, v)
+			if err != nil {
+				return err
+			}
+			add(k+"_at", t)
+		default:
+			return fmt.Errorf("unknown key %q (attempt, state, queue, worker, exit, signal, error, created, started, ended)", k)
+		}
+	}
+	// Columns not given come from the task: its queue, its creation and
+	// its finish.
+	from := map[string]string{"queue": "queue", "created": "created_at", "ended": "finished_at"}
+	var sel []string
+	for _, k := range []string{"queue", "created", "ended"} {
+		if _, ok := f[k]; !ok {
+			cols = append(cols, map[string]string{"queue": "queue", "created": "created_at", "ended": "ended_at"}[k])
+			sel = append(sel, from[k])
+		}
+	}
+	ph := strings.TrimSuffix(strings.Repeat("?, ", len(vals)), ", ")
+	if len(sel) > 0 {
+		ph += ", " + strings.Join(sel, ", ")
+	}
+	q := "INSERT INTO runs (" + strings.Join(cols, ", ") + ") SELECT " + ph + " FROM tasks WHERE id = ?"
+	return s.DB.Write(ctx, func(tx *db.Tx) error {
+		res, err := tx.ExecContext(ctx, q, append(vals, taskID)...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("no task %q (%v)", taskID, err)
+		}
+		return nil
+	})
+}
+
+// fixtureSchemaVersion sets the store's schema version to N (a store
+// from a newer cq), or prints it to stdout. A store at a version this cq
+// refuses cannot be opened through the store package, so this one talks
+// to the SQLite file itself.
+func fixtureSchemaVersion(ctx context.Context, ts *testscript.TestScript, args []string) error {
+	d, err := sql.Open("sqlite3", "file:"+fixturePath(ts)+"?_busy_timeout=10000")
+	if err != nil {
+		return err
+	}
+	defer func() { ts.Check(d.Close()) }()
+	if len(args) == 0 {
+		var v int
+		if err := d.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			return err
+		}
+		fmt.Fprintln(ts.Stdout(), v)
+		return nil
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil {
+		return fmt.Errorf("bad version %q", args[0])
+	}
+	_, err = d.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(n))
+	return err
+}
