@@ -163,7 +163,7 @@ func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]st
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("no task %q (%v)", id, err)
+			return fmt.Errorf("no task %q (%w)", id, err)
 		}
 		return nil
 	})
@@ -229,7 +229,7 @@ func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("no task %q (%v)", taskID, err)
+			return fmt.Errorf("no task %q (%w)", taskID, err)
 		}
 		return nil
 	})
