@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -56,6 +57,10 @@ func startSupervisor(exe string, warn func(msg string, err error)) (*supervisor,
 	return s, nil
 }
 
+// pipeRoom is what a pipe surely holds before its reader starts (Linux's
+// buffer is 64 KiB; POSIX promises less, but cq runs on Linux).
+const pipeRoom = 60 << 10
+
 // startLocked starts a helper, tells it every live run, and watches for
 // its exit.
 func (s *supervisor) startLocked() error {
@@ -67,6 +72,21 @@ func (s *supervisor) startLocked() error {
 	// Its own process group: a terminal's ^C for the worker does not reach
 	// it, and it ignores such signals anyway; only the pipe's end counts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The live runs go into the pipe before the helper starts, so that a
+	// worker killed the moment after leaves none of them untold. A list
+	// too long for the pipe's buffer is written after the start instead.
+	var told bytes.Buffer
+	for id, pgid := range s.live {
+		told.WriteString("+" + strconv.Itoa(pgid) + " " + id + "\n")
+	}
+	early := told.Len() <= pipeRoom
+	if early {
+		if _, err := w.Write(told.Bytes()); err != nil {
+			r.Close()
+			w.Close()
+			return fmt.Errorf("start supervisor: %w", err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -76,8 +96,8 @@ func (s *supervisor) startLocked() error {
 	s.w, s.cmd = w, cmd
 	exited := make(chan struct{})
 	s.exited = exited
-	for id, pgid := range s.live {
-		s.writeLocked('+', pgid, id)
+	if !early {
+		_, _ = w.Write(told.Bytes())
 	}
 	go func() {
 		started := time.Now()
