@@ -44,6 +44,8 @@ var (
 var benchKeep bool
 
 func TestMain(m *testing.M) {
+	// The allocator tuned as cq tunes it, so the figures are cq's.
+	db.KeepFreedHeap()
 	code := m.Run()
 	if benchDir != "" && !benchKeep {
 		_ = os.RemoveAll(benchDir)
