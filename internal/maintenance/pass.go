@@ -206,9 +206,3 @@ func workerGone(st *queue.Store, lr queue.LiveRun) bool {
 	}
 	return st.DB.WorkerGone(lr.Worker)
 }
-
-// KillRunGroup SIGKILLs run runID's process group pgid, guarded against
-// pid reuse (see procs.KillGroup).
-func KillRunGroup(pgid int, runID string, claimed, started time.Time) bool {
-	return procs.KillGroup(pgid, runID, claimed, started)
-}
