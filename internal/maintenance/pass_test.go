@@ -1245,7 +1245,7 @@ func TestClearQueueInSteps(t *testing.T) {
 	if got, err := maintenance.ClearQueue(e.ctx, e.st, "q", nil); err != nil || got != 1 {
 		t.Errorf("ClearQueue = %d, %v; want the one task left", got, err)
 	}
-	if _, err := maintenance.ClearQueue(e.ctx, e.st, "nosuch", nil); queue.CodeOf(err) != queue.CodeNotFound {
+	if _, err := maintenance.ClearQueue(e.ctx, e.st, "nosuch", nil); queue.KindOf(err) != queue.NotFound {
 		t.Errorf("ClearQueue of a queue nothing named: %v; want not found", err)
 	}
 }
