@@ -56,8 +56,8 @@ bench-go: $(BENCHSTAT) ## only bench's Go benchmarks (internal/queue), benchstat
 bench-e2e: build bench-bins ## only bench's end-to-end run: cq vs xargs, Go spawn ref, tsp, parallel, nq (~7 min)
 	./bench/e2e.sh $(BIN)/cq
 
-bench-maint: ## health and cleanup benchmarks over 1M-task stores (internal/heartbeat, slow)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m ./internal/heartbeat
+bench-maint: ## health and cleanup benchmarks over 1M-task stores (internal/maintenance, slow)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m ./internal/maintenance
 
 $(BENCHSTAT):
 	@mkdir -p $(BIN)

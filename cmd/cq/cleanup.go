@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
 )
@@ -52,7 +52,7 @@ func newCleanupCmd(app *App) *cobra.Command {
 				counts, err = st.ExpiredCounts(ctx, r)
 			default:
 				home, _ := app.Home()
-				opt := heartbeat.CleanupOptions{Retention: r, Home: home}
+				opt := maintenance.CleanupOptions{Retention: r, Home: home}
 				if app.Quiet {
 					// -q: the ids deleted, one per line, as they go.
 					opt.Deleted = func(_ string, ids []string) {
@@ -72,7 +72,7 @@ func newCleanupCmd(app *App) *cobra.Command {
 						opt.Progress = func(c map[string]int) { bar.set(sumCounts(c)) }
 					}
 				}
-				counts, err = heartbeat.Cleanup(ctx, st, opt)
+				counts, err = maintenance.Cleanup(ctx, st, opt)
 				bar.finish(err == nil)
 			}
 			if err != nil || app.Quiet {

@@ -276,7 +276,7 @@ func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqu
 // an active task (named in the error).
 func isHeldKey(err error) bool {
 	var qe *queue.Error
-	return errors.As(err, &qe) && qe.Code == queue.CodeConflict && qe.Existing != ""
+	return errors.As(err, &qe) && qe.Kind == queue.Conflict && qe.Existing != ""
 }
 
 // noWorkerHint is what cq enqueue says on a terminal when the tasks it
@@ -439,7 +439,7 @@ func commandNotIDs(cmd *cobra.Command, st *queue.Store, args []string) error {
 			return nil
 		}
 	}
-	return &queue.Error{Code: queue.CodeNotFound,
+	return &queue.Error{Kind: queue.NotFound,
 		Msg: fmt.Sprintf("no task %q; to run a command, put it after --: cq enqueue -- %s", args[0], quoteWords(args))}
 }
 
@@ -499,7 +499,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 				sp, perr = sp.Normalize()
 			}
 			if perr != nil {
-				return &queue.Error{Code: queue.CodeOf(perr), Msg: fmt.Sprintf("line %d: %v", n, perr)}
+				return &queue.Error{Kind: queue.KindOf(perr), Msg: fmt.Sprintf("line %d: %v", n, perr)}
 			}
 			specs = append(specs, sp)
 			lineNo = append(lineNo, n)
@@ -531,7 +531,7 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 		var le *queue.LineError
 		if errors.As(err, &le) {
 			printHolder(app, le.Err)
-			return &queue.Error{Code: queue.CodeOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
+			return &queue.Error{Kind: queue.KindOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
 		}
 		return err
 	}

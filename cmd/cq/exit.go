@@ -52,10 +52,21 @@ func codeOf(err error) int {
 	}
 	var qe *queue.Error
 	if errors.As(err, &qe) {
-		return int(qe.Code)
+		return exitCodeOf(qe.Kind)
 	}
 	if errors.Is(err, db.ErrFutureSchema) || errors.Is(err, db.ErrUnsupported) {
 		return exitError
+	}
+	return exitError
+}
+
+// exitCodeOf is the exit code of a domain error of kind k.
+func exitCodeOf(k queue.Kind) int {
+	switch k {
+	case queue.Conflict:
+		return exitConflict
+	case queue.NotFound:
+		return exitNotFound
 	}
 	return exitError
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +38,7 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 				return err
 			}
 			host, _ := os.Hostname()
-			r, err := heartbeat.Pass(cmd.Context(), st, heartbeat.Options{Home: home, Host: host, AllWarnings: true})
+			r, err := maintenance.Pass(cmd.Context(), st, maintenance.Options{Home: home, Host: host, AllWarnings: true})
 			if err != nil {
 				return err
 			}

@@ -76,10 +76,10 @@ without that run.`,
 					missing = "no run " + itoa(runN)
 				}
 				if follow && queue.TaskTerminal(t.State) {
-					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " ended " + t.State + " with " + missing}
+					return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " ended " + t.State + " with " + missing}
 				}
 				if !follow {
-					return &queue.Error{Code: queue.CodeNotFound, Msg: "task " + t.ID + " has " + missing}
+					return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " has " + missing}
 				}
 				select {
 				case <-ctx.Done():
@@ -121,7 +121,7 @@ without that run.`,
 						// its process: one gone since was deleted, and
 						// printing nothing would pass for empty output.
 						if r.StartedAt != nil && !exists(dir) {
-							return &queue.Error{Code: queue.CodeNotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + dir}
+							return &queue.Error{Kind: queue.NotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + dir}
 						}
 						err = nil
 					}

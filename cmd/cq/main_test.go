@@ -7,14 +7,14 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/cq-dev/cq/internal/oneproc"
+	"github.com/cq-dev/cq/cmd/cq/internal/oneproc"
 )
 
 // TestMain lets the test binary act as cq: testscript puts a "cq" that
 // runs main into $PATH, for the .txtar scripts and for tests that start
 // many cq processes at once.
 func TestMain(m *testing.M) {
-	// internal/oneproc left this binary one P, as it leaves cq; the tests
+	// oneproc left this binary one P, as it leaves cq; the tests
 	// get the default back, and the binary run as cq keeps one P as cq
 	// does (cq worker takes the default back itself).
 	if oneproc.Saved > 0 {

@@ -129,7 +129,7 @@ and changes nothing.`,
 					return err
 				}
 				if state != args[1] {
-					return &queue.Error{Code: queue.CodeConflict,
+					return &queue.Error{Kind: queue.Conflict,
 						Msg: fmt.Sprintf("task %s ended %s: its run finished before the cancel took effect", id, state)}
 				}
 			}
@@ -164,7 +164,7 @@ func awaitEnd(ctx context.Context, st *queue.Store, id string, deadline <-chan t
 			}
 			t, ok := got[id]
 			if !ok {
-				return "", &queue.Error{Code: queue.CodeConflict,
+				return "", &queue.Error{Kind: queue.Conflict,
 					Msg: fmt.Sprintf("task %s was deleted (cq cleanup) before set-state saw how it ended", id)}
 			}
 			if queue.TaskTerminal(t.State) {
@@ -175,7 +175,7 @@ func awaitEnd(ctx context.Context, st *queue.Store, id string, deadline <-chan t
 		case <-ctx.Done():
 			return "", silentExit(exitInterrupted)
 		case <-deadline:
-			return "", &queue.Error{Code: queue.CodeConflict,
+			return "", &queue.Error{Kind: queue.Conflict,
 				Msg: fmt.Sprintf("task %s is still doing: its worker has not confirmed the cancel yet (it stands)", id)}
 		case <-tick.C:
 		}

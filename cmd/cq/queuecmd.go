@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -165,7 +165,7 @@ func newQueueClearCmd(app *App) *cobra.Command {
 				// -q: the ids cancelled, one per line, as they go.
 				cancelled = func(ids []string) { fmt.Fprintln(app.Stdout, strings.Join(ids, "\n")) }
 			}
-			n, err := heartbeat.ClearQueue(cmd.Context(), st, args[0], cancelled)
+			n, err := maintenance.ClearQueue(cmd.Context(), st, args[0], cancelled)
 			if err != nil || app.Quiet {
 				return err
 			}

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cq-dev/cq/internal/oneproc"
+	"github.com/cq-dev/cq/cmd/cq/internal/oneproc"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/worker"
 	"github.com/lmittmann/tint"
@@ -25,7 +25,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if oneproc.Saved > 0 {
-				runtime.GOMAXPROCS(oneproc.Saved) // see internal/oneproc
+				runtime.GOMAXPROCS(oneproc.Saved) // runs side by side: every P back (see oneproc)
 			}
 			survivePipeClose()
 			durs := []struct {

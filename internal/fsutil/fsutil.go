@@ -283,15 +283,6 @@ func modeOf(m uint32) fs.FileMode {
 	return fs.ModeIrregular
 }
 
-// TouchPrivate makes sure path exists as a 0600 regular file.
-func TouchPrivate(path string) error {
-	f, err := OpenPrivate(path, os.O_RDONLY)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
 // ChmodFile sets the mode of the regular file at path without following
 // a symbolic link and without opening the file for reading or writing:
 // closing such a descriptor would drop the POSIX locks this process holds

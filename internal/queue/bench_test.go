@@ -24,6 +24,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The allocator tuned as cq tunes it, so the figures are cq's.
+	db.KeepFreedHeap()
 	code := m.Run()
 	closeShared()
 	os.Exit(code)

@@ -81,16 +81,12 @@ func (s *Store) ExpiredIDs(ctx context.Context, r Retention, fn func(state, id s
 // It returns the deleted tasks' run ids, so the caller can remove their
 // folders, and how many tasks it deleted (0: nothing left).
 func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, limit int) (int, []string, error) {
-	ids, runIDs, err := s.DeleteExpiredIDs(ctx, state, r, limit)
+	ids, runIDs, err := s.DeleteExpiredThen(ctx, state, r, limit, nil)
 	return len(ids), runIDs, err
 }
 
-// DeleteExpiredIDs is DeleteExpired returning the deleted tasks' ids.
-func (s *Store) DeleteExpiredIDs(ctx context.Context, state string, r Retention, limit int) ([]string, []string, error) {
-	return s.DeleteExpiredThen(ctx, state, r, limit, nil)
-}
-
-// DeleteExpiredThen is DeleteExpiredIDs calling before, inside the
+// DeleteExpiredThen is DeleteExpired, returning the deleted tasks' ids,
+// calling before, inside the
 // transaction and before it deletes anything, with the run ids whose
 // folders the caller will remove after the commit: the caller notes them
 // where a later cleanup finds them if this process dies in between. An

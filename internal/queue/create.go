@@ -82,7 +82,7 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 				// undoes that task too, so it is no existing task to name.
 				var qe *Error
 				if errors.As(err, &qe) && qe.Existing != "" && slices.ContainsFunc(out, func(o Created) bool { return o.New && o.ID == qe.Existing }) {
-					err = &Error{Code: qe.Code, Msg: fmt.Sprintf("key %q is held by task %s of an earlier line, so nothing is stored (--unique)", sp.Key, qe.Existing)}
+					err = &Error{Kind: qe.Kind, Msg: fmt.Sprintf("key %q is held by task %s of an earlier line, so nothing is stored (--unique)", sp.Key, qe.Existing)}
 				}
 				return lineError(i+1, err)
 			}
@@ -280,7 +280,7 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		var other, state string
 		err := tx.QueryRowContext(ctx, sqlKeyHolder, sp.Key, sp.ID).Scan(&other, &state)
 		if err == nil {
-			return Created{}, &Error{Code: CodeConflict, Existing: other, ExistingState: state,
+			return Created{}, &Error{Kind: Conflict, Existing: other, ExistingState: state,
 				Msg: fmt.Sprintf("key %q is held by task %s (--unique)", sp.Key, other)}
 		}
 		if !errors.Is(err, sql.ErrNoRows) {

@@ -203,7 +203,7 @@ func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]
 			}
 			if err := retryTask(ctx, tx, now, t, why); err != nil {
 				if i > 0 {
-					return &Error{Code: CodeOf(err), Msg: fmt.Sprintf("%v (a dependent of %s; nothing changed)", err, id)}
+					return &Error{Kind: KindOf(err), Msg: fmt.Sprintf("%v (a dependent of %s; nothing changed)", err, id)}
 				}
 				return err
 			}

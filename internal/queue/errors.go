@@ -5,21 +5,36 @@ import (
 	"fmt"
 )
 
-// Code classifies an error the way the CLI reports it (docs/commands.md, Exit codes).
-type Code int
+// Kind classifies a domain error. The kinds are what callers branch on;
+// which exit code each becomes is the command line's business.
+type Kind int
 
-// Error codes; their numbers are cq's exit codes.
+// Error kinds. The zero Kind is none; KindOf calls an error of no kind
+// Invalid, a general error.
 const (
-	CodeInvalid  Code = 1 // bad input, ambiguous prefix
-	CodeConflict Code = 3 // lost CAS, illegal transition, unique key, id re-used
-	CodeNotFound Code = 4 // unknown id, --after naming no task
+	Invalid  Kind = iota + 1 // bad input, ambiguous prefix
+	Conflict                 // lost CAS, illegal transition, unique key, id re-used
+	NotFound                 // unknown id, --after naming no task
 )
 
-// Error is a domain error with its class. Existing and ExistingState are
+// String names the kind, for messages and test output.
+func (k Kind) String() string {
+	switch k {
+	case Invalid:
+		return "invalid"
+	case Conflict:
+		return "conflict"
+	case NotFound:
+		return "not found"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Error is a domain error with its kind. Existing and ExistingState are
 // set by a unique-key conflict to the task that holds the key and its
 // state.
 type Error struct {
-	Code          Code
+	Kind          Kind
 	Msg           string
 	Existing      string
 	ExistingState string
@@ -28,29 +43,29 @@ type Error struct {
 func (e *Error) Error() string { return e.Msg }
 
 func invalidf(format string, a ...any) error {
-	return &Error{Code: CodeInvalid, Msg: fmt.Sprintf(format, a...)}
+	return &Error{Kind: Invalid, Msg: fmt.Sprintf(format, a...)}
 }
 
 func conflictf(format string, a ...any) error {
-	return &Error{Code: CodeConflict, Msg: fmt.Sprintf(format, a...)}
+	return &Error{Kind: Conflict, Msg: fmt.Sprintf(format, a...)}
 }
 
 func notFoundf(format string, a ...any) error {
-	return &Error{Code: CodeNotFound, Msg: fmt.Sprintf(format, a...)}
+	return &Error{Kind: NotFound, Msg: fmt.Sprintf(format, a...)}
 }
 
-// CodeOf returns the class of err: its Code if it is an *Error, else
-// CodeInvalid (a general error, exit 1).
-func CodeOf(err error) Code {
+// KindOf returns the kind of err: its Kind if it is an *Error, else
+// Invalid (a general error).
+func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code
+		return e.Kind
 	}
-	return CodeInvalid
+	return Invalid
 }
 
-// IsConflict reports whether err is a conflict (exit 3).
-func IsConflict(err error) bool { return err != nil && CodeOf(err) == CodeConflict }
+// IsConflict reports whether err is a conflict.
+func IsConflict(err error) bool { return err != nil && KindOf(err) == Conflict }
 
-// IsNotFound reports whether err is a not-found error (exit 4).
-func IsNotFound(err error) bool { return err != nil && CodeOf(err) == CodeNotFound }
+// IsNotFound reports whether err is a not-found error.
+func IsNotFound(err error) bool { return err != nil && KindOf(err) == NotFound }

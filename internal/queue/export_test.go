@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
@@ -53,4 +54,22 @@ func SetNarrowPrefix(n int) func() {
 	old := narrowPrefix
 	narrowPrefix = n
 	return func() { narrowPrefix = old }
+}
+
+// TimeoutQueuedRuns is TimeoutQueuedRunsThen with nothing to kill,
+// counting the runs it ended.
+func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
+	r, err := s.TimeoutQueuedRunsThen(ctx, nil)
+	return len(r), err
+}
+
+// WarnWaiting is one WarnWaitingStep of WarnBatch tasks per queue.
+func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
+	n, _, err := s.WarnWaitingStep(ctx, WarnBatch)
+	return n, err
+}
+
+// ReapExpired is ReapExpiredThen with nothing to kill.
+func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
+	return s.ReapExpiredThen(ctx, nil)
 }

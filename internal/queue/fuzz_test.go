@@ -25,8 +25,8 @@ import (
 func wantInvalid(t *testing.T, err error, what string) {
 	t.Helper()
 	var qe *queue.Error
-	if !errors.As(err, &qe) || qe.Code != queue.CodeInvalid {
-		t.Fatalf("%s: error %v (%T), want a *queue.Error with CodeInvalid", what, err, err)
+	if !errors.As(err, &qe) || qe.Kind != queue.Invalid {
+		t.Fatalf("%s: error %v (%T), want a *queue.Error with Invalid", what, err, err)
 	}
 }
 
@@ -35,7 +35,7 @@ var specField = map[string]bool{"id": true, "cmd": true, "shell": true, "intent"
 	"retries": true, "delay": true, "at": true, "env": true, "cwd": true, "hold": true}
 
 // FuzzParseSpecJSON: parsing and normalising a JSONL spec never panics,
-// refuses only with CodeInvalid, and whatever it accepts survives a round
+// refuses only with Invalid, and whatever it accepts survives a round
 // trip through its own JSON form unchanged (the spool relies on this: cq
 // enqueue --spool writes the normalised spec, the drain reads it back).
 func FuzzParseSpecJSON(f *testing.F) {

@@ -10,21 +10,11 @@ import (
 	"github.com/cq-dev/cq/internal/db"
 )
 
-// TimeoutQueuedRuns ends runs that stayed queued (claimed, never started)
-// longer than their queue's start timeout: queued → timeout, transient
-// class. The lease is void: the worker's queued → running CAS will lose.
-func (s *Store) TimeoutQueuedRuns(ctx context.Context) (int, error) {
-	r, err := s.TimeoutQueuedRunList(ctx)
-	return len(r), err
-}
-
-// TimeoutQueuedRunList is TimeoutQueuedRuns returning the runs it ended.
-func (s *Store) TimeoutQueuedRunList(ctx context.Context) ([]Reaped, error) {
-	return s.TimeoutQueuedRunsThen(ctx, nil)
-}
-
-// TimeoutQueuedRunsThen is TimeoutQueuedRunList calling stop for each run
-// it ends, inside the transaction, before the commit (see ReapExpiredThen).
+// TimeoutQueuedRunsThen ends runs that stayed queued (claimed, never
+// started) longer than their queue's start timeout: queued → timeout,
+// transient class. The lease is void: the worker's queued → running CAS
+// will lose. It calls stop for each run it ends, inside the transaction,
+// before the commit (see ReapExpiredThen), and returns the runs it ended.
 func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
@@ -203,20 +193,14 @@ func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// WarnWaiting records one task.waiting event for each task that has waited
-// in todo longer than its queue's warn-after, once per entry into todo
-// (seed 004: warn, never cancel).
-func (s *Store) WarnWaiting(ctx context.Context) (int, error) {
-	n, _, err := s.WarnWaitingStep(ctx, WarnBatch)
-	return n, err
-}
-
-// WarnBatch is how many tasks per queue one WarnWaiting step warns about.
+// WarnBatch is how many tasks per queue one WarnWaitingStep warns about.
 const WarnBatch = 1000
 
-// WarnWaitingStep is one WarnWaiting transaction that warns about at most
-// limit tasks per queue; more says that some queue may have more to warn
-// about.
+// WarnWaitingStep records one task.waiting event for each task that has
+// waited in todo longer than its queue's warn-after, once per entry into
+// todo (seed 004: warn, never cancel). It is one transaction that warns
+// about at most limit tasks per queue; more says that some queue may have
+// more to warn about.
 func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more bool, err error) {
 	err = s.write(ctx, func(tx *db.Tx, now time.Time) error {
 		n, more = 0, false

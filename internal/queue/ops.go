@@ -270,7 +270,7 @@ func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason
 			var other, state string
 			err := tx.QueryRowContext(ctx, sqlKeyHolder, t.Key, t.ID).Scan(&other, &state)
 			if err == nil {
-				return &Error{Code: CodeConflict, Existing: other, ExistingState: state, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
+				return &Error{Kind: Conflict, Existing: other, ExistingState: state, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return err

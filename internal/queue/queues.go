@@ -204,7 +204,7 @@ const clearWindow = 20000
 // and the rowid to go on after, 0 when it reached
 // the bound. A clear is a series of such
 // steps, so that other writers get the lock between them (see
-// heartbeat.ClearQueue); a task that starts meanwhile keeps running.
+// maintenance.ClearQueue); a task that starts meanwhile keeps running.
 func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bound ClearBound, limit int) ([]string, int64, error) {
 	var cancelled []string
 	next := int64(0)

@@ -1220,19 +1220,14 @@ func reaped(r *runRow, from, to string) Reaped {
 	return rp
 }
 
-// ReapExpired ends runs whose lease expired (their worker is lost):
+// ReapExpiredThen ends runs whose lease expired (their worker is lost):
 // running → failed (lease_expired, transient class), cancelling →
 // cancelled, queued → failed. Each CAS checks the token and that the lease
 // is still expired, so a run its worker completed or renewed meanwhile is
-// never touched.
-func (s *Store) ReapExpired(ctx context.Context) ([]Reaped, error) {
-	return s.ReapExpiredThen(ctx, nil)
-}
-
-// ReapExpiredThen is ReapExpired calling stop for each run it ends, inside
-// the transaction, before the commit that frees the run's task (and its
-// key's lane) for another run: the caller kills the lost run's processes
-// there, so that they are gone before anyone may take the task again.
+// never touched. It calls stop for each run it ends, inside the
+// transaction, before the commit that frees the run's task (and its key's
+// lane) for another run: the caller kills the lost run's processes there,
+// so that they are gone before anyone may take the task again.
 func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
 	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {

@@ -177,7 +177,7 @@ func (b *runBundle) tryRun(c *queue.Claimed, from, to string) error {
 	}
 }
 
-var errNotThisMove = &queue.Error{Code: queue.CodeConflict, Msg: "not this move"}
+var errNotThisMove = &queue.Error{Kind: queue.Conflict, Msg: "not this move"}
 
 // TestRunTransitionTable tries every (from, to) pair of the run machine:
 // the allowed ones succeed once, the rest are refused and change nothing.
@@ -888,7 +888,7 @@ func TestBatchedCycleMatchesPerRow(t *testing.T) {
 	}
 	for _, want := range []string{
 		"t1|done|", "t2b|doing|default|k|", "t3d|doing|", "t4|failed|", "t5|doing|", "t6|done|", "t7|done|",
-		"finish t5: 3: run run:t5/1: lease lost", "finish t1: 3: run run:t1/1 already ended succeeded",
+		"finish t5: conflict: run run:t5/1: lease lost", "finish t1: conflict: run run:t1/1 already ended succeeded",
 		"run t7/1 succeeded exit=0 error=stdout: no space left on device ended=2026-01-02T03:04:05.050Z",
 		"start 7: run run:t1/1 is running, not queued", "run.succeeded|run:t6/1|cancelling|succeeded|",
 		"t3d|task.todo|<nil>|blocked|todo|dependencies done|", "claimed t2b attempt 1", "claimed t3d attempt 1",
@@ -967,7 +967,7 @@ func batchedScenario(t *testing.T, perRow bool) string {
 	for i, f := range res.Finished {
 		task := []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7", "t1"}[i]
 		if f.Err != nil {
-			fmt.Fprintf(&out, "finish %s: %v: %s\n", task, queue.CodeOf(f.Err), f.Err)
+			fmt.Fprintf(&out, "finish %s: %v: %s\n", task, queue.KindOf(f.Err), f.Err)
 			continue
 		}
 		r := f.Run

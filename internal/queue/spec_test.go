@@ -30,7 +30,7 @@ func TestNormalizeRefusesBytesJSONCannotHold(t *testing.T) {
 	} {
 		_, err := c.spec.Normalize()
 		var qe *queue.Error
-		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &qe) || qe.Code != queue.CodeInvalid {
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &qe) || qe.Kind != queue.Invalid {
 			t.Errorf("%s: Normalize = %v; want an invalid-spec error saying %q", name, err, c.want)
 		}
 	}
@@ -105,7 +105,7 @@ func TestParseSpecJSONFieldNames(t *testing.T) {
 		`{ "id" : "" , "cmd":["true"]}`,
 	} {
 		_, err := queue.ParseSpecJSON([]byte(line))
-		if qe := (*queue.Error)(nil); !errors.As(err, &qe) || qe.Code != queue.CodeInvalid {
+		if qe := (*queue.Error)(nil); !errors.As(err, &qe) || qe.Kind != queue.Invalid {
 			t.Errorf("ParseSpecJSON(%s) = %v, want an invalid-spec error", line, err)
 		}
 	}

@@ -238,14 +238,14 @@ func str(p *string) string {
 }
 
 // wantCode checks that err is a *queue.Error of the given code.
-func wantCode(t *testing.T, err error, code queue.Code, what string) {
+func wantCode(t *testing.T, err error, code queue.Kind, what string) {
 	t.Helper()
 	var qe *queue.Error
 	if !errors.As(err, &qe) {
 		t.Fatalf("%s: got error %v (%T), want a *queue.Error with code %d", what, err, err, code)
 	}
-	if qe.Code != code {
-		t.Fatalf("%s: got code %d (%v), want %d", what, qe.Code, err, code)
+	if qe.Kind != code {
+		t.Fatalf("%s: got code %d (%v), want %d", what, qe.Kind, err, code)
 	}
 }
 
@@ -622,7 +622,7 @@ func TestDependencies(t *testing.T) {
 		}
 		before := b.dump(t)
 		_, _, err := b.st.Retry(b.ctx, dep, "")
-		wantCode(t, err, queue.CodeConflict, "Retry of a dependent of a cancelled task")
+		wantCode(t, err, queue.Conflict, "Retry of a dependent of a cancelled task")
 		if !strings.Contains(err.Error(), a) {
 			t.Fatalf("refusal %q does not name the dependency %s", err, a)
 		}
@@ -683,11 +683,11 @@ func TestDependencies(t *testing.T) {
 		}
 
 		_, _, err = b.st.Retry(b.ctx, dep, "")
-		wantCode(t, err, queue.CodeConflict, "Retry of a dependent of a cancelled task cleanup deleted")
+		wantCode(t, err, queue.Conflict, "Retry of a dependent of a cancelled task cleanup deleted")
 		if !strings.Contains(err.Error(), a) {
 			t.Fatalf("refusal %q does not name the dependency %s", err, a)
 		}
-		if _, _, err := b.st.SetState(b.ctx, inbox.ID, queue.TaskTodo, ""); queue.CodeOf(err) != queue.CodeConflict {
+		if _, _, err := b.st.SetState(b.ctx, inbox.ID, queue.TaskTodo, ""); queue.KindOf(err) != queue.Conflict {
 			t.Fatalf("set-state todo of another such dependent: %v; want a conflict", err)
 		}
 		b.wantState(t, dep, queue.TaskCancelled, "")
@@ -718,7 +718,7 @@ func TestDependencies(t *testing.T) {
 		b := setup(t)
 		before := b.dump(t)
 		_, err := b.st.Create(b.ctx, []queue.Spec{norm(t, queue.Spec{After: []string{"nosuchtask"}})}, queue.CreateOptions{Enqueue: true})
-		wantCode(t, err, queue.CodeNotFound, "Create --after nosuchtask")
+		wantCode(t, err, queue.NotFound, "Create --after nosuchtask")
 		if after := b.dump(t); after != before {
 			t.Fatalf("a refused create changed the store")
 		}
@@ -749,7 +749,7 @@ func TestUniqueKeys(t *testing.T) {
 		holder := b.create(t, queue.Spec{Key: "k"}, false).ID // inbox is not terminal
 		before := b.dump(t)
 		_, err := b.st.Create(b.ctx, []queue.Spec{norm(t, queue.Spec{Key: "k", Unique: true})}, queue.CreateOptions{Enqueue: true})
-		wantCode(t, err, queue.CodeConflict, "unique create while the key is live")
+		wantCode(t, err, queue.Conflict, "unique create while the key is live")
 		var qe *queue.Error
 		if !errors.As(err, &qe) || qe.Existing != holder {
 			t.Fatalf("conflict Existing = %q, want %s", qe.Existing, holder)
@@ -797,7 +797,7 @@ func TestUniqueKeys(t *testing.T) {
 			b.wantState(t, holder, tc.state, tc.reason)
 			before := b.dump(t)
 			_, err := b.st.Create(b.ctx, []queue.Spec{norm(t, queue.Spec{Key: "k", Unique: true})}, queue.CreateOptions{Enqueue: true})
-			wantCode(t, err, queue.CodeConflict, "unique create while the key's holder is "+tc.state)
+			wantCode(t, err, queue.Conflict, "unique create while the key's holder is "+tc.state)
 			var qe *queue.Error
 			if errors.As(err, &qe); qe.Existing != holder || qe.ExistingState != tc.state {
 				t.Fatalf("conflict names %q (%s), want the holder %s (%s)", qe.Existing, qe.ExistingState, holder, tc.state)
@@ -819,7 +819,7 @@ func TestUniqueKeys(t *testing.T) {
 		if !errors.As(err, &le) || le.Line != 2 {
 			t.Fatalf("Create = %v, want a LineError on line 2", err)
 		}
-		wantCode(t, err, queue.CodeConflict, "second unique line")
+		wantCode(t, err, queue.Conflict, "second unique line")
 		// The holder goes with the batch: it is no existing task to name.
 		var qe *queue.Error
 		if errors.As(err, &qe); qe.Existing != "" || !strings.Contains(qe.Msg, "first") {
@@ -839,7 +839,7 @@ func TestUniqueKeys(t *testing.T) {
 		}
 		t2 := b.enq(t, queue.Spec{Key: "k", Unique: true})
 		_, _, err := b.st.Retry(b.ctx, t1, "")
-		wantCode(t, err, queue.CodeConflict, "retry while the key is held")
+		wantCode(t, err, queue.Conflict, "retry while the key is held")
 		var qe *queue.Error
 		if errors.As(err, &qe); qe.Existing != t2 {
 			t.Fatalf("conflict Existing = %q, want %s", qe.Existing, t2)
@@ -923,7 +923,7 @@ func TestIdempotentCreate(t *testing.T) {
 	} {
 		before := b.dump(t)
 		_, err := b.st.Create(b.ctx, []queue.Spec{norm(t, other)}, queue.CreateOptions{Enqueue: true})
-		wantCode(t, err, queue.CodeConflict, "re-create with "+name)
+		wantCode(t, err, queue.Conflict, "re-create with "+name)
 		if after := b.dump(t); after != before {
 			t.Fatalf("a refused re-create with %s changed the store", name)
 		}
@@ -948,20 +948,20 @@ func TestResolve(t *testing.T) {
 	}
 	for _, c := range []struct {
 		ref, want string
-		code      queue.Code
+		code      queue.Kind
 	}{
 		{"abc", "abc", 0},   // exact beats the prefix of abcd and abce
 		{"abcd", "abcd", 0}, // exact
 		{"x1", "x1yz", 0},   // unique prefix
 		{"x", "x1yz", 0},
 		{"q.", "q.1", 0},
-		{"ab", "", queue.CodeInvalid}, // ambiguous
-		{"q", "", queue.CodeInvalid},
-		{"abcf", "", queue.CodeNotFound},
-		{"zz", "", queue.CodeNotFound},
-		{"x1yzz", "", queue.CodeNotFound},
-		{"a%", "", queue.CodeNotFound}, // no LIKE pattern leaks through
-		{"", "", queue.CodeInvalid},
+		{"ab", "", queue.Invalid}, // ambiguous
+		{"q", "", queue.Invalid},
+		{"abcf", "", queue.NotFound},
+		{"zz", "", queue.NotFound},
+		{"x1yzz", "", queue.NotFound},
+		{"a%", "", queue.NotFound}, // no LIKE pattern leaks through
+		{"", "", queue.Invalid},
 	} {
 		got, err := b.st.Resolve(b.ctx, c.ref)
 		if c.code == 0 {
@@ -971,8 +971,8 @@ func TestResolve(t *testing.T) {
 			continue
 		}
 		var qe *queue.Error
-		if !errors.As(err, &qe) || qe.Code != c.code {
-			t.Errorf("Resolve(%q) = %q, %v; want error code %d", c.ref, got, err, c.code)
+		if !errors.As(err, &qe) || qe.Kind != c.code {
+			t.Errorf("Resolve(%q) = %q, %v; want a %v error", c.ref, got, err, c.code)
 		}
 	}
 	if _, err := b.st.Resolve(b.ctx, "ab"); err == nil || !strings.Contains(err.Error(), "abcd") {
@@ -982,7 +982,7 @@ func TestResolve(t *testing.T) {
 	// Commands resolve prefixes the same way; an ambiguous one changes nothing.
 	before := b.dump(t)
 	_, _, err := b.st.Cancel(b.ctx, "ab", "")
-	wantCode(t, err, queue.CodeInvalid, "Cancel(ambiguous prefix)")
+	wantCode(t, err, queue.Invalid, "Cancel(ambiguous prefix)")
 	if after := b.dump(t); after != before {
 		t.Fatalf("a cancel by an ambiguous prefix changed the store")
 	}
@@ -1014,14 +1014,14 @@ func TestBatchAllOrNothing(t *testing.T) {
 		name  string
 		bad   queue.Spec
 		setup func(b *bundle, t *testing.T)
-		code  queue.Code
+		code  queue.Kind
 	}{
-		{name: "after naming no task", bad: queue.Spec{After: []string{"missing"}}, code: queue.CodeNotFound},
-		{name: "after naming a later line", bad: queue.Spec{After: []string{"l4"}}, code: queue.CodeNotFound},
-		{name: "id re-used with another spec", bad: queue.Spec{ID: "taken", Cmd: []string{"other"}}, code: queue.CodeConflict,
+		{name: "after naming no task", bad: queue.Spec{After: []string{"missing"}}, code: queue.NotFound},
+		{name: "after naming a later line", bad: queue.Spec{After: []string{"l4"}}, code: queue.NotFound},
+		{name: "id re-used with another spec", bad: queue.Spec{ID: "taken", Cmd: []string{"other"}}, code: queue.Conflict,
 			setup: func(b *bundle, t *testing.T) { b.enq(t, queue.Spec{ID: "taken"}) }},
-		{name: "id re-used within the batch", bad: queue.Spec{ID: "l1", Cmd: []string{"other"}}, code: queue.CodeConflict},
-		{name: "unique key held", bad: queue.Spec{Key: "k", Unique: true}, code: queue.CodeConflict,
+		{name: "id re-used within the batch", bad: queue.Spec{ID: "l1", Cmd: []string{"other"}}, code: queue.Conflict},
+		{name: "unique key held", bad: queue.Spec{Key: "k", Unique: true}, code: queue.Conflict,
 			setup: func(b *bundle, t *testing.T) { b.enq(t, queue.Spec{Key: "k"}) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func transitionMatrix(t *testing.T, refusals *refusalLog) {
 						if ok {
 							checkSuccess(t, b, id, from, op, out)
 						} else {
-							msg := checkRefused(t, b, id, op, queue.CodeConflict)
+							msg := checkRefused(t, b, id, op, queue.Conflict)
 							refusals.add(name, from, msg)
 						}
 					})
@@ -112,7 +112,7 @@ func transitionMatrix(t *testing.T, refusals *refusalLog) {
 				op := transitionOp{"SetState(" + target + ")", func(ctx context.Context, st *queue.Store, id string) (string, string, error) {
 					return st.SetState(ctx, id, target, "")
 				}}
-				checkRefused(t, b, id, op, queue.CodeInvalid)
+				checkRefused(t, b, id, op, queue.Invalid)
 			}
 		})
 	}
@@ -448,7 +448,7 @@ func snapshotFor(t *testing.T, b *bundle, id string) (string, map[string]string)
 
 // checkRefused runs op, which must be refused with code and change
 // nothing, and returns the refusal's message.
-func checkRefused(t *testing.T, b *bundle, id string, op transitionOp, code queue.Code) string {
+func checkRefused(t *testing.T, b *bundle, id string, op transitionOp, code queue.Kind) string {
 	t.Helper()
 	before, row := snapshotFor(t, b, id)
 	events := b.eventCount(t)
@@ -514,7 +514,7 @@ func checkSuccess(t *testing.T, b *bundle, id, from string, op transitionOp, out
 	case !out.againNoop && err == nil:
 		t.Fatalf("second %s succeeded (state %s); want it refused", op.name, state)
 	case !out.againNoop:
-		wantCode(t, err, queue.CodeConflict, "second "+op.name)
+		wantCode(t, err, queue.Conflict, "second "+op.name)
 	}
 	if after, _ := snapshotFor(t, b, id); after != before {
 		t.Fatalf("second %s changed the store:\nbefore:\n%s\nafter:\n%s", op.name, before, after)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 	"golang.org/x/sys/unix"
@@ -766,7 +766,7 @@ func (w *Worker) started(runs []*run, errs []error) {
 			// Cancelled before its start was recorded: whoever ended it
 			// had no folder to write its summary into, perhaps.
 			if w.opt.Home != "" {
-				heartbeat.WriteSummary(context.Background(), w.st, w.opt.Home, r.c.TaskID, r.c.RunID)
+				maintenance.WriteSummary(context.Background(), w.st, w.opt.Home, r.c.TaskID, r.c.RunID)
 			}
 			continue
 		}

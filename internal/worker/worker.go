@@ -19,7 +19,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
 	"github.com/fsnotify/fsnotify"
@@ -266,7 +266,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer close(w.summaryDone)
 		for r := range w.summaries {
-			heartbeat.SaveSummary(w.opt.Home, r)
+			maintenance.SaveSummary(w.opt.Home, r)
 		}
 	}()
 	// Every summary is on disk before Run returns.
@@ -395,7 +395,7 @@ func (w *Worker) saveSummary(r queue.Run) {
 	select {
 	case w.summaries <- r:
 	default:
-		heartbeat.SaveSummary(w.opt.Home, r)
+		maintenance.SaveSummary(w.opt.Home, r)
 	}
 }
 
@@ -485,9 +485,9 @@ func (w *Worker) claimParams() queue.ClaimParams {
 // maintain runs the in-process maintenance pass; a system with workers and
 // no cron still heals.
 func (w *Worker) maintain(ctx context.Context) {
-	r, err := heartbeat.Pass(ctx, w.st, heartbeat.Options{Home: w.opt.Home, Host: w.host})
+	r, err := maintenance.Pass(ctx, w.st, maintenance.Options{Home: w.opt.Home, Host: w.host})
 	if fsutil.IsUnsafe(err) {
-		// The rest of the pass ran (see heartbeat.Pass).
+		// The rest of the pass ran (see maintenance.Pass).
 		w.noteSpool(err)
 		err = nil
 	}

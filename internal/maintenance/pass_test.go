@@ -1,4 +1,4 @@
-package heartbeat_test
+package maintenance_test
 
 // The maintenance pass and cleanup (docs/operations.md) over a real store with
 // an injected clock (Store.Now): leases expire, start timeouts and
@@ -21,7 +21,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/db"
-	"github.com/cq-dev/cq/internal/heartbeat"
+	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 )
 
@@ -120,9 +120,9 @@ func (e *hbEnv) finish(c *queue.Claimed, state string, code int) string {
 	return ts
 }
 
-func (e *hbEnv) pass(opt heartbeat.Options) heartbeat.Result {
+func (e *hbEnv) pass(opt maintenance.Options) maintenance.Result {
 	e.t.Helper()
-	r, err := heartbeat.Pass(e.ctx, e.st, opt)
+	r, err := maintenance.Pass(e.ctx, e.st, opt)
 	if err != nil {
 		e.t.Fatalf("pass: %v", err)
 	}
@@ -262,11 +262,11 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 		c := e.claim("q", id, lease)
 		e.start(c, 0)
 		e.clk.Add(lease - time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 0 || e.runState(c.RunID) != queue.RunRunning {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 0 || e.runState(c.RunID) != queue.RunRunning {
 			t.Fatalf("before expiry: reaped %d, run %s", r.Reaped, e.runState(c.RunID))
 		}
 		e.clk.Add(2 * time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 1 {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 1 {
 			t.Fatalf("after expiry: reaped %d, want 1", r.Reaped)
 		}
 		if got := e.row(`SELECT state, reason FROM runs WHERE id = ?`, c.RunID); got != "failed lease_expired" {
@@ -279,7 +279,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 		if got := e.row(`SELECT from_state, to_state, reason FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1`, c.RunID); got != "running failed lease_expired" {
 			t.Errorf("last run event: %s", got)
 		}
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 0 {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 0 {
 			t.Errorf("second pass reaped %d", r.Reaped)
 		}
 		// The lost worker's late report is refused: nothing changes.
@@ -296,7 +296,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 		c := e.claim("q", id, lease)
 		e.start(c, 0)
 		e.clk.Add(lease + time.Millisecond)
-		e.pass(heartbeat.Options{})
+		e.pass(maintenance.Options{})
 		if got := e.row(`SELECT t.state, r.state FROM tasks t JOIN runs r ON r.task_id = t.id WHERE t.id = 'r'`); got != "failed failed" {
 			t.Errorf("task and run: %s, want failed failed", got)
 		}
@@ -314,7 +314,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 			t.Fatalf("setup: run %s", s)
 		}
 		e.clk.Add(lease + time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 1 {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 1 {
 			t.Fatalf("reaped %d, want 1", r.Reaped)
 		}
 		if got := e.row(`SELECT t.state, r.state, r.reason FROM tasks t JOIN runs r ON r.task_id = t.id WHERE t.id = 'c'`); got != "cancelled cancelled lease_expired" {
@@ -327,7 +327,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 		id := e.add(queue.Spec{ID: "q1", Queue: "q"})
 		c := e.claim("q", id, lease)
 		e.clk.Add(lease + time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 1 || r.StartTimeout != 0 {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 1 || r.StartTimeout != 0 {
 			t.Fatalf("reaped %d, start timeouts %d; want 1, 0", r.Reaped, r.StartTimeout)
 		}
 		if got := e.row(`SELECT state, reason FROM runs WHERE id = ?`, c.RunID); got != "failed lease_expired" {
@@ -351,7 +351,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.clk.Add(lease - time.Millisecond) // past the first expiry, before the renewed one
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 0 || e.runState(c.RunID) != queue.RunRunning {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 0 || e.runState(c.RunID) != queue.RunRunning {
 			t.Errorf("renewed run reaped: %d, run %s", r.Reaped, e.runState(c.RunID))
 		}
 	})
@@ -364,7 +364,7 @@ func TestPassReapsExpiredLeases(t *testing.T) {
 		e.finish(c, queue.RunSucceeded, 0)
 		n := e.count(`SELECT COUNT(*) FROM events`)
 		e.clk.Add(time.Hour)
-		if r := e.pass(heartbeat.Options{}); r.Reaped != 0 {
+		if r := e.pass(maintenance.Options{}); r.Reaped != 0 {
 			t.Errorf("reaped %d", r.Reaped)
 		}
 		if got := e.row(`SELECT t.state, r.state FROM tasks t JOIN runs r ON r.task_id = t.id`); got != "done succeeded" {
@@ -418,7 +418,7 @@ func TestPassKillsLostRunGroupOnThisHost(t *testing.T) {
 	e.exec(`UPDATE runs SET host = 'other-host' WHERE id = ?`, elsewhere.RunID)
 
 	e.clk.Add(time.Minute + time.Millisecond)
-	r := e.pass(heartbeat.Options{Host: "h-test"})
+	r := e.pass(maintenance.Options{Host: "h-test"})
 	if r.Reaped != 3 || r.Killed != 1 {
 		t.Errorf("reaped %d, killed %d; want 3, 1", r.Reaped, r.Killed)
 	}
@@ -438,14 +438,14 @@ func TestPassKillsLostRunGroupOnThisHost(t *testing.T) {
 	// the run's claim-to-start window is not the run's: its pid was
 	// recycled.
 	hourAgo := time.Now().Add(-time.Hour)
-	if heartbeat.KillRunGroup(p2.Process.Pid, mine.RunID, hourAgo, hourAgo.Add(time.Minute)) {
+	if maintenance.KillRunGroup(p2.Process.Pid, mine.RunID, hourAgo, hourAgo.Add(time.Minute)) {
 		t.Error("KillRunGroup killed a group without the run's CQ_RUN_ID, its leader started after the run's window")
 	}
-	if heartbeat.KillRunGroup(p2.Process.Pid, mine.RunID, time.Time{}, time.Time{}) {
+	if maintenance.KillRunGroup(p2.Process.Pid, mine.RunID, time.Time{}, time.Time{}) {
 		t.Error("KillRunGroup killed a group without the run's CQ_RUN_ID, the run's times unknown")
 	}
 	now := time.Now()
-	if heartbeat.KillRunGroup(1, mine.RunID, now.Add(-time.Hour), now) || heartbeat.KillRunGroup(0, mine.RunID, now.Add(-time.Hour), now) {
+	if maintenance.KillRunGroup(1, mine.RunID, now.Add(-time.Hour), now) || maintenance.KillRunGroup(0, mine.RunID, now.Add(-time.Hour), now) {
 		t.Error("KillRunGroup accepted pgid 0 or 1")
 	}
 }
@@ -468,7 +468,7 @@ func TestPassKillsALeaderThatClearedItsEnvironment(t *testing.T) {
 		queue.FormatTime(claimedAt), queue.FormatTime(time.Now()), c.RunID)
 
 	e.clk.Add(time.Minute + time.Millisecond)
-	r := e.pass(heartbeat.Options{Host: "h-test"})
+	r := e.pass(maintenance.Options{Host: "h-test"})
 	if r.Reaped != 1 || r.Killed != 1 {
 		t.Errorf("reaped %d, killed %d; want 1, 1", r.Reaped, r.Killed)
 	}
@@ -490,7 +490,7 @@ func TestPassKillsWhatLeftTheGroupToo(t *testing.T) {
 	_, escaped := hbSleeper(t, c.RunID) // a group of its own, as after setsid
 	e.start(c, leader.Process.Pid)
 	e.clk.Add(time.Minute + time.Millisecond)
-	if r := e.pass(heartbeat.Options{Host: "h-test"}); r.Reaped != 1 || r.Killed != 1 {
+	if r := e.pass(maintenance.Options{Host: "h-test"}); r.Reaped != 1 || r.Killed != 1 {
 		t.Errorf("reaped %d, killed %d; want 1, 1", r.Reaped, r.Killed)
 	}
 	for name, d := range map[string]chan struct{}{"the group": inGroup, "the process that left it": escaped} {
@@ -512,11 +512,11 @@ func TestPassStartTimeout(t *testing.T) {
 	id := e.add(queue.Spec{ID: "s", Queue: "q"})
 	c := e.claim("q", id, time.Hour) // the lease outlives the start timeout
 	e.clk.Add(st)
-	if r := e.pass(heartbeat.Options{}); r.StartTimeout != 0 || e.runState(c.RunID) != queue.RunQueued {
+	if r := e.pass(maintenance.Options{}); r.StartTimeout != 0 || e.runState(c.RunID) != queue.RunQueued {
 		t.Fatalf("at the start timeout: %d timed out, run %s", r.StartTimeout, e.runState(c.RunID))
 	}
 	e.clk.Add(time.Millisecond)
-	if r := e.pass(heartbeat.Options{}); r.StartTimeout != 1 {
+	if r := e.pass(maintenance.Options{}); r.StartTimeout != 1 {
 		t.Fatalf("past the start timeout: %d timed out, want 1", r.StartTimeout)
 	}
 	if got := e.row(`SELECT state, reason FROM runs WHERE id = ?`, c.RunID); got != "timeout start_timeout" {
@@ -530,11 +530,11 @@ func TestPassStartTimeout(t *testing.T) {
 		t.Error("the worker could still start a timed-out run")
 	}
 	e.clk.Set(due.Add(-time.Millisecond))
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 0 {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 0 {
 		t.Errorf("promoted %d before the backoff ended", r.Promoted)
 	}
 	e.clk.Set(due)
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 1 || e.state("s") != queue.TaskTodo {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 1 || e.state("s") != queue.TaskTodo {
 		t.Errorf("at the backoff's end: promoted %d, task %s", r.Promoted, e.state("s"))
 	}
 	c2 := e.claim("q", id, time.Hour)
@@ -559,7 +559,7 @@ func TestPassStartTimeoutKillsAStartedProcess(t *testing.T) {
 	_, done1 := hbSleeper(t, mine.RunID)
 	_, done2 := hbSleeper(t, other.RunID)
 	e.clk.Add(st + time.Millisecond)
-	if r := e.pass(heartbeat.Options{Host: "h-test"}); r.StartTimeout != 2 || r.Killed != 1 {
+	if r := e.pass(maintenance.Options{Host: "h-test"}); r.StartTimeout != 2 || r.Killed != 1 {
 		t.Errorf("timed out %d, killed %d; want 2, 1", r.StartTimeout, r.Killed)
 	}
 	select {
@@ -596,15 +596,15 @@ func TestPassPromotesDueTasks(t *testing.T) {
 		t.Errorf("backoff %v, want 30s ± 20%%", d)
 	}
 	e.clk.Set(due.Add(-time.Millisecond))
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 0 || e.state("flaky") != queue.TaskBlocked {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 0 || e.state("flaky") != queue.TaskBlocked {
 		t.Fatalf("promoted %d a millisecond early", r.Promoted)
 	}
 	e.clk.Set(due)
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 1 || e.state("flaky") != queue.TaskTodo {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 1 || e.state("flaky") != queue.TaskTodo {
 		t.Fatalf("at due time: promoted %d, task %s", r.Promoted, e.state("flaky"))
 	}
 	e.clk.Set(hbT0.Add(time.Hour))
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 1 {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 1 {
 		t.Errorf("schedule due: promoted %d, want 1 (the held one stays)", r.Promoted)
 	}
 	for id, s := range map[string]string{"flaky": "todo", "later": "todo", "later-held": "blocked"} {
@@ -613,7 +613,7 @@ func TestPassPromotesDueTasks(t *testing.T) {
 		}
 	}
 	n := e.count(`SELECT COUNT(*) FROM events`)
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 0 {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 0 {
 		t.Errorf("third pass promoted %d", r.Promoted)
 	}
 	if got := e.count(`SELECT COUNT(*) FROM events`); got != n {
@@ -634,13 +634,13 @@ func TestPassSafetyNets(t *testing.T) {
 		e.add(queue.Spec{ID: "held", Hold: true})
 		// Hold lost, still blocked; marked warned by an earlier wait.
 		e.exec(`UPDATE tasks SET hold = 0, warned = 1 WHERE id = 'stuck'`)
-		r := e.pass(heartbeat.Options{})
+		r := e.pass(maintenance.Options{})
 		if r.Promoted != 1 || e.state("stuck") != queue.TaskTodo || e.state("held") != queue.TaskBlocked {
 			t.Errorf("promoted %d; stuck %s, held %s", r.Promoted, e.state("stuck"), e.state("held"))
 		}
 		// A new entry into todo: a new wait warning when it waits too long.
 		e.clk.Add(10*time.Minute + time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Warned != 1 {
+		if r := e.pass(maintenance.Options{}); r.Warned != 1 {
 			t.Errorf("warned %d after the repaired task waited, want 1", r.Warned)
 		}
 		e.checkEvents()
@@ -654,7 +654,7 @@ func TestPassSafetyNets(t *testing.T) {
 		e.add(queue.Spec{ID: "e", After: []string{"d"}})
 		e.exec(`UPDATE tasks SET state = 'failed', lane_head = 0, finished_at = ? WHERE id = 'a'`, queue.FormatTime(e.clk.Now()))
 		e.exec(`UPDATE tasks SET state = 'cancelled', lane_head = 0, finished_at = ? WHERE id = 'd'`, queue.FormatTime(e.clk.Now()))
-		r := e.pass(heartbeat.Options{})
+		r := e.pass(maintenance.Options{})
 		if r.Cancelled < 2 {
 			t.Errorf("cancelled %d, want b and e at least", r.Cancelled)
 		}
@@ -674,7 +674,7 @@ func TestPassSafetyNets(t *testing.T) {
 		e.add(queue.Spec{ID: "a", Queue: "x"})
 		e.add(queue.Spec{ID: "b", After: []string{"a"}})
 		e.exec(`UPDATE tasks SET state = 'done', lane_head = 0, finished_at = ? WHERE id = 'a'`, queue.FormatTime(e.clk.Now()))
-		e.pass(heartbeat.Options{})
+		e.pass(maintenance.Options{})
 		if got := e.row(`SELECT state, blocked_reason FROM tasks WHERE id = 'b'`); got != "todo NULL" {
 			t.Errorf("b: %s, want todo (its only dependency is done)", got)
 		}
@@ -694,16 +694,16 @@ func TestPassWaitWarnings(t *testing.T) {
 	wait := func(label string, want int) {
 		t.Helper()
 		e.clk.Add(10 * time.Minute)
-		if r := e.pass(heartbeat.Options{}); r.Warned != 0 {
+		if r := e.pass(maintenance.Options{}); r.Warned != 0 {
 			t.Errorf("%s: warned %d at exactly warn-after", label, r.Warned)
 		}
 		e.clk.Add(time.Millisecond)
-		if r := e.pass(heartbeat.Options{}); r.Warned != 1 {
+		if r := e.pass(maintenance.Options{}); r.Warned != 1 {
 			t.Errorf("%s: warned %d past warn-after, want 1", label, r.Warned)
 		}
 		for range 3 {
 			e.clk.Add(time.Hour)
-			if r := e.pass(heartbeat.Options{}); r.Warned != 0 {
+			if r := e.pass(maintenance.Options{}); r.Warned != 0 {
 				t.Errorf("%s: warned again on a later pass", label)
 			}
 		}
@@ -738,7 +738,7 @@ func TestPassWaitWarnings(t *testing.T) {
 		t.Fatalf("task %s", s)
 	}
 	e.clk.Add(2 * time.Minute)
-	if r := e.pass(heartbeat.Options{}); r.Promoted != 1 {
+	if r := e.pass(maintenance.Options{}); r.Promoted != 1 {
 		t.Fatalf("promoted %d", r.Promoted)
 	}
 	wait("after a retry backoff", 3)
@@ -777,7 +777,7 @@ func TestPassSystemState(t *testing.T) {
 		}
 		return v
 	}
-	r := e.pass(heartbeat.Options{})
+	r := e.pass(maintenance.Options{})
 	if got := get("last_heartbeat"); got != queue.FormatTime(hbT0) {
 		t.Errorf("last_heartbeat %s, want %s", got, queue.FormatTime(hbT0))
 	}
@@ -791,7 +791,7 @@ func TestPassSystemState(t *testing.T) {
 		e.add(queue.Spec{ID: fmt.Sprintf("b%d", i)})
 	}
 	e.clk.Add(time.Minute)
-	e.pass(heartbeat.Options{})
+	e.pass(maintenance.Options{})
 	if got := get("last_heartbeat"); got != queue.FormatTime(hbT0.Add(time.Minute)) {
 		t.Errorf("last_heartbeat %s, want a minute later", got)
 	}
@@ -834,14 +834,14 @@ func TestPassesOverlap(t *testing.T) {
 	st2.Now = e.clk.Now
 	st2.Boot = clock.Following(e.clk.Now)
 	var wg sync.WaitGroup
-	results := make([]heartbeat.Result, 4)
+	results := make([]maintenance.Result, 4)
 	errs := make([]error, 4)
 	for i := range results {
 		st := e.st
 		if i%2 == 1 {
 			st = st2
 		}
-		wg.Go(func() { results[i], errs[i] = heartbeat.Pass(e.ctx, st, heartbeat.Options{}) })
+		wg.Go(func() { results[i], errs[i] = maintenance.Pass(e.ctx, st, maintenance.Options{}) })
 	}
 	wg.Wait()
 	total := 0
@@ -860,7 +860,7 @@ func TestPassesOverlap(t *testing.T) {
 	e.checkEvents()
 }
 
-// TestCleanupRemovesRunFolders: heartbeat.Cleanup deletes the expired
+// TestCleanupRemovesRunFolders: maintenance.Cleanup deletes the expired
 // tasks with their runs, events and run folders, and leaves every other
 // folder.
 func TestCleanupRemovesRunFolders(t *testing.T) {
@@ -909,7 +909,7 @@ func TestCleanupRemovesRunFolders(t *testing.T) {
 	var progress []map[string]int
 	r := queue.DefaultRetention()
 	r.Failed = 40 * 24 * time.Hour
-	counts, err := heartbeat.Cleanup(e.ctx, e.st, heartbeat.CleanupOptions{
+	counts, err := maintenance.Cleanup(e.ctx, e.st, maintenance.CleanupOptions{
 		Retention: r, Home: e.home, Batch: 3,
 		Progress: func(c map[string]int) {
 			progress = append(progress, map[string]int{"done": c["done"], "cancelled": c["cancelled"]})
@@ -960,7 +960,7 @@ func TestCleanupRemovesRunFolders(t *testing.T) {
 		t.Errorf("freelist_count %d after cleanup, want 0", n)
 	}
 	// A second cleanup finds nothing.
-	counts, err = heartbeat.Cleanup(e.ctx, e.st, heartbeat.CleanupOptions{Retention: r, Home: e.home})
+	counts, err = maintenance.Cleanup(e.ctx, e.st, maintenance.CleanupOptions{Retention: r, Home: e.home})
 	if err != nil || counts["done"]+counts["cancelled"]+counts["failed"] != 0 {
 		t.Errorf("second cleanup: %v %v", counts, err)
 	}
@@ -1008,7 +1008,7 @@ func TestCleanupFinishesWhatAKilledCleanupLeft(t *testing.T) {
 		t.Fatalf("the deleted run's folder should still be there before the next cleanup: %v", err)
 	}
 
-	counts, err := heartbeat.Cleanup(e.ctx, e.st, heartbeat.CleanupOptions{Retention: r, Home: e.home})
+	counts, err := maintenance.Cleanup(e.ctx, e.st, maintenance.CleanupOptions{Retention: r, Home: e.home})
 	if err != nil || counts["done"] != 0 {
 		t.Fatalf("cleanup: %v, %v; want nothing more deleted", counts, err)
 	}
@@ -1089,7 +1089,7 @@ func TestCleanupLetsOtherWritersIn(t *testing.T) {
 	start := time.Now()
 	var batches []time.Duration
 	last := start
-	counts, err := heartbeat.Cleanup(ctx, st, heartbeat.CleanupOptions{
+	counts, err := maintenance.Cleanup(ctx, st, maintenance.CleanupOptions{
 		Retention: queue.DefaultRetention(),
 		Progress: func(map[string]int) {
 			batches = append(batches, time.Since(last))
@@ -1176,7 +1176,7 @@ func TestCheckEventsCatches(t *testing.T) {
 // queues, and tasks stored after the clear began, are left alone.
 func TestClearQueueInSteps(t *testing.T) {
 	e := hbSetup(t)
-	const n = 2*heartbeat.CleanupBatch + 50
+	const n = 2*maintenance.CleanupBatch + 50
 	for i := range n {
 		sp := queue.Spec{ID: fmt.Sprintf("c%03d", i), Queue: "q"}
 		switch i % 3 {
@@ -1202,22 +1202,22 @@ func TestClearQueueInSteps(t *testing.T) {
 	}
 	// The first step cancels its CleanupBatch tasks and, with c003, the
 	// dependent in the other queue: the count says so.
-	firstIDs, next, err := e.st.ClearQueueStep(e.ctx, "q", 0, bound, heartbeat.CleanupBatch)
+	firstIDs, next, err := e.st.ClearQueueStep(e.ctx, "q", 0, bound, maintenance.CleanupBatch)
 	first := len(firstIDs)
-	if err != nil || first != heartbeat.CleanupBatch+1 || next == 0 {
-		t.Fatalf("first step: %d cancelled, next %d, %v; want %d and more to go", first, next, err, heartbeat.CleanupBatch+1)
+	if err != nil || first != maintenance.CleanupBatch+1 || next == 0 {
+		t.Fatalf("first step: %d cancelled, next %d, %v; want %d and more to go", first, next, err, maintenance.CleanupBatch+1)
 	}
 	e.add(queue.Spec{ID: "late", Queue: "q"}) // after the clear began
 	rest := 0
 	for next != 0 {
 		var ids []string
-		ids, next, err = e.st.ClearQueueStep(e.ctx, "q", next, bound, heartbeat.CleanupBatch)
+		ids, next, err = e.st.ClearQueueStep(e.ctx, "q", next, bound, maintenance.CleanupBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		k := len(ids)
-		if k > heartbeat.CleanupBatch {
-			t.Fatalf("a step cancelled %d tasks, more than %d", k, heartbeat.CleanupBatch)
+		if k > maintenance.CleanupBatch {
+			t.Fatalf("a step cancelled %d tasks, more than %d", k, maintenance.CleanupBatch)
 		}
 		rest += k
 	}
@@ -1242,10 +1242,10 @@ func TestClearQueueInSteps(t *testing.T) {
 		}
 	}
 	// The whole clear, as the command runs it: "late" now, nothing else.
-	if got, err := heartbeat.ClearQueue(e.ctx, e.st, "q", nil); err != nil || got != 1 {
+	if got, err := maintenance.ClearQueue(e.ctx, e.st, "q", nil); err != nil || got != 1 {
 		t.Errorf("ClearQueue = %d, %v; want the one task left", got, err)
 	}
-	if _, err := heartbeat.ClearQueue(e.ctx, e.st, "nosuch", nil); queue.CodeOf(err) != queue.CodeNotFound {
+	if _, err := maintenance.ClearQueue(e.ctx, e.st, "nosuch", nil); queue.KindOf(err) != queue.NotFound {
 		t.Errorf("ClearQueue of a queue nothing named: %v; want not found", err)
 	}
 }
@@ -1278,7 +1278,7 @@ func TestClearQueueLeavesATaskThatReusedARowid(t *testing.T) {
 	}
 	total := 0
 	for after := int64(0); ; {
-		ids, next, err := e.st.ClearQueueStep(e.ctx, "q", after, bound, heartbeat.CleanupBatch)
+		ids, next, err := e.st.ClearQueueStep(e.ctx, "q", after, bound, maintenance.CleanupBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1316,10 +1316,10 @@ func TestPassWarnsAboutEveryWaitingTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clk.Add(time.Hour) // past the default warn-after, 10 minutes
-	if r := e.pass(heartbeat.Options{}); r.Warned != queue.WarnBatch {
+	if r := e.pass(maintenance.Options{}); r.Warned != queue.WarnBatch {
 		t.Errorf("a worker's pass warned %d, want one step's %d", r.Warned, queue.WarnBatch)
 	}
-	if r := e.pass(heartbeat.Options{AllWarnings: true}); r.Warned != n-queue.WarnBatch {
+	if r := e.pass(maintenance.Options{AllWarnings: true}); r.Warned != n-queue.WarnBatch {
 		t.Errorf("cq heartbeat's pass warned %d, want the other %d", r.Warned, n-queue.WarnBatch)
 	}
 	if got := e.count(`SELECT COUNT(*) FROM events WHERE kind = 'task.waiting'`); got != n {
@@ -1367,11 +1367,11 @@ func TestPassWritesMissingSummaries(t *testing.T) {
 	if err := os.WriteFile(keptSummary, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 0 {
+	if r := e.pass(maintenance.Options{Home: e.home}); r.Summaries != 0 {
 		t.Fatalf("a pass right after the ends wrote %d summaries, want 0 (the workers' own writes come first)", r.Summaries)
 	}
 	e.clk.Add(11 * time.Second)
-	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 2 {
+	if r := e.pass(maintenance.Options{Home: e.home}); r.Summaries != 2 {
 		t.Fatalf("a pass 11 s later wrote %d summaries, want 2 (the missing one and the empty one)", r.Summaries)
 	}
 	if b, err := os.ReadFile(emptySummary); err != nil || !strings.Contains(string(b), empty.RunID) {
@@ -1384,7 +1384,7 @@ func TestPassWritesMissingSummaries(t *testing.T) {
 	if b, _ := os.ReadFile(keptSummary); string(b) != "{}\n" {
 		t.Errorf("a run's own summary was rewritten: %s", b)
 	}
-	if r := e.pass(heartbeat.Options{Home: e.home}); r.Summaries != 0 {
+	if r := e.pass(maintenance.Options{Home: e.home}); r.Summaries != 0 {
 		t.Errorf("the next pass wrote %d summaries, want 0", r.Summaries)
 	}
 }
@@ -1412,7 +1412,7 @@ func TestSaveSummaryMakesNoFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range runs {
-		heartbeat.SaveSummary(e.home, r)
+		maintenance.SaveSummary(e.home, r)
 	}
 	if _, err := os.Stat(filepath.Join(e.home, "runs", runs[0].ID)); !os.IsNotExist(err) {
 		t.Fatalf("SaveSummary made the folder of a run whose folder was gone (%v)", err)
@@ -1468,8 +1468,8 @@ func TestSummaryNeverWrittenThroughALink(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			heartbeat.SaveSummary(e.home, rs[0])
-			heartbeat.WriteSummary(e.ctx, e.st, e.home, "t", rs[0].ID)
+			maintenance.SaveSummary(e.home, rs[0])
+			maintenance.WriteSummary(e.ctx, e.st, e.home, "t", rs[0].ID)
 			if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me\n" {
 				t.Errorf("the link's target holds %q (%v), want it as it was", b, err)
 			}
@@ -1499,7 +1499,7 @@ func TestPassSweepsWorkersDeadForADay(t *testing.T) {
 	e.clk.Add(2 * time.Hour)
 	seen("recent")
 	e.clk.Add(23 * time.Hour)
-	e.pass(heartbeat.Options{})
+	e.pass(maintenance.Options{})
 	seen("long-dead")
 	seen("recent")
 	ws, err := e.st.Workers(e.ctx)

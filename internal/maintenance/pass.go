@@ -1,7 +1,9 @@
-// Package heartbeat is the maintenance pass that cron runs through
-// cq heartbeat and every worker runs in-process on a timer. Every step is a
-// compare-and-set in the store, so passes may overlap safely.
-package heartbeat
+// Package maintenance is the pass that cron runs through cq heartbeat and
+// every worker runs in-process on a timer: it drains the spool, reaps lost
+// runs, promotes due tasks, warns, and writes summaries; cq cleanup and
+// cq queue clear use its batched deletes. Every step is a compare-and-set
+// in the store, so passes may overlap safely.
+package maintenance
 
 import (
 	"context"
@@ -203,10 +205,4 @@ func workerGone(st *queue.Store, lr queue.LiveRun) bool {
 		return false
 	}
 	return st.DB.WorkerGone(lr.Worker)
-}
-
-// KillRunGroup SIGKILLs run runID's process group pgid, guarded against
-// pid reuse (see procs.KillGroup).
-func KillRunGroup(pgid int, runID string, claimed, started time.Time) bool {
-	return procs.KillGroup(pgid, runID, claimed, started)
 }

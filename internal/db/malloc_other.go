@@ -1,0 +1,7 @@
+//go:build !(linux && cgo)
+
+package db
+
+// KeepFreedHeap does nothing where the C allocator is not glibc's, or
+// there is no cgo to reach it.
+func KeepFreedHeap() {}
