@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -189,22 +188,12 @@ task is cloned.`,
 				if sp, err = sp.Normalize(); err != nil {
 					return err
 				}
-				for i, a := range sp.After {
-					if sp.After[i], err = st.Resolve(ctx, a); err != nil {
-						if queue.IsNotFound(err) {
-							return fmt.Errorf("--after: %w", err)
-						}
-						return err
-					}
+				if err := resolveAfter(ctx, st, &sp); err != nil {
+					return err
 				}
 				res, err := st.Create(ctx, []queue.Spec{sp}, queue.CreateOptions{Enqueue: true})
 				if err != nil {
-					var le *queue.LineError
-					if errors.As(err, &le) {
-						err = le.Err
-					}
-					printHolder(app, err)
-					return err
+					return createErr(app, err)
 				}
 				return printCreated(app, res, false)
 			})

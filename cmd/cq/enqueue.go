@@ -241,21 +241,12 @@ func createSpecs(cmd *cobra.Command, app *App, f *specFlags, argv []string, enqu
 	if err != nil {
 		return err
 	}
-	for i, a := range sp.After {
-		if sp.After[i], err = st.Resolve(ctx, a); err != nil {
-			if queue.IsNotFound(err) {
-				return fmt.Errorf("--after: %w", err)
-			}
-			return err
-		}
+	if err := resolveAfter(ctx, st, &sp); err != nil {
+		return err
 	}
 	res, err := st.Create(ctx, []queue.Spec{sp}, queue.CreateOptions{Enqueue: enqueue})
 	if err != nil {
-		var le *queue.LineError
-		if errors.As(err, &le) {
-			err = le.Err
-		}
-		printHolder(app, err)
+		err = createErr(app, err)
 		// --ok-if-active: the key's active task does the work, and a
 		// cron line that names it must stay quiet.
 		if f.okIfActive && isHeldKey(err) {
@@ -441,6 +432,34 @@ func commandNotIDs(cmd *cobra.Command, st *queue.Store, args []string) error {
 	}
 	return &queue.Error{Kind: queue.NotFound,
 		Msg: fmt.Sprintf("no task %q; to run a command, put it after --: cq enqueue -- %s", args[0], quoteWords(args))}
+}
+
+// resolveAfter turns the --after references of a spec made from flags
+// (prefixes allowed) into exact task ids.
+func resolveAfter(ctx context.Context, st *queue.Store, sp *queue.Spec) error {
+	for i, a := range sp.After {
+		id, err := st.Resolve(ctx, a)
+		if err != nil {
+			if queue.IsNotFound(err) {
+				return fmt.Errorf("--after: %w", err)
+			}
+			return err
+		}
+		sp.After[i] = id
+	}
+	return nil
+}
+
+// createErr is a one-task create's error as the CLI reports it: the
+// spec's own error rather than its batch line's, and the key's holder on
+// stdout for a unique-key conflict.
+func createErr(app *App, err error) error {
+	var le *queue.LineError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	printHolder(app, err)
+	return err
 }
 
 // shellSafe says whether c needs no quoting in a shell word.
