@@ -166,15 +166,16 @@ func (a *App) drawTable(header []string, rows [][]string) error {
 const handleWidth = 13
 
 // keepWidths is how narrow each column gets while another can still give
-// way: the first column handleWidth, a STATE column its whole width (a
-// state is a word or two, and the thing most read), any other one cell.
+// way: the first column handleWidth, a STATE column and a time column
+// their whole width (a state or an age is a word or two, and cut it
+// reads as nothing), any other one cell.
 func keepWidths(header []string, natural []int) []int {
 	keep := make([]int, len(natural))
 	for i := range keep {
 		switch {
 		case i == 0:
 			keep[i] = min(natural[i], handleWidth)
-		case header[i] == "STATE":
+		case header[i] == "STATE", timeColumns[header[i]]:
 			keep[i] = natural[i]
 		}
 	}

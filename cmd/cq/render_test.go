@@ -19,6 +19,7 @@ func TestFitWidths(t *testing.T) {
 		{"the widest meet at one cap, the spare cell to the first", []string{"ID", "PRI", "REASON", "COMMAND"}, []int{20, 5, 30, 30}, 60, []int{19, 5, 18, 18}},
 		{"the handle keeps 13 while others give way", []string{"ID", "QUEUE", "CREATED", "COMMAND"}, []int{26, 8, 8, 100}, 40, []int{13, 8, 8, 11}},
 		{"a short handle keeps its width", []string{"QUEUE", "BACKOFF", "COMMAND"}, []int{7, 10, 100}, 20, []int{7, 7, 6}},
+		{"an age keeps its width while others give way", []string{"ID", "CREATED", "COMMAND"}, []int{26, 8, 100}, 24, []int{13, 8, 3}},
 		{"a state is kept whole", []string{"ID", "STATE", "COMMAND"}, []int{26, 9, 100}, 25, []int{13, 9, 3}},
 		{"when nothing else fits, nothing is kept", []string{"ID", "STATE", "PRI"}, []int{26, 9, 5}, 6, []int{2, 2, 2}},
 	} {
