@@ -27,27 +27,10 @@ import (
 
 var hbT0 = time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
 
-type hbClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *hbClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *hbClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-func (c *hbClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type hbEnv struct {
 	t    *testing.T
 	st   *queue.Store
-	clk  *hbClock
+	clk  *clock.Fake
 	ctx  context.Context
 	home string
 	path string
@@ -62,7 +45,7 @@ func hbSetup(t *testing.T) *hbEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	clk := &hbClock{t: hbT0}
+	clk := clock.NewFake(hbT0)
 	st := queue.New(d)
 	st.Now = clk.Now
 	st.Boot = clock.Following(clk.Now)

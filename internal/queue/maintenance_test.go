@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,28 +26,10 @@ var mntT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 const mntDay = 24 * time.Hour
 
-// mntClock is a settable clock for Store.Now.
-type mntClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *mntClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *mntClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-func (c *mntClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type mntEnv struct {
 	t   *testing.T
 	st  *queue.Store
-	clk *mntClock
+	clk *cqclock.Fake
 	ctx context.Context
 }
 
@@ -59,7 +40,7 @@ func mntSetup(t *testing.T) *mntEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	clk := &mntClock{t: mntT0}
+	clk := cqclock.NewFake(mntT0)
 	st := queue.New(d)
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)
@@ -888,7 +869,7 @@ func TestCleanupAfterMigration7(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &mntEnv{t: t, st: queue.New(d), clk: &mntClock{t: mntT0}, ctx: context.Background()}
+	e := &mntEnv{t: t, st: queue.New(d), clk: cqclock.NewFake(mntT0), ctx: context.Background()}
 	e.st.Now = e.clk.Now
 	e.st.Boot = cqclock.Following(e.clk.Now)
 	e.makeDone("old")

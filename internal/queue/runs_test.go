@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,22 +14,9 @@ import (
 	"github.com/cq-dev/cq/internal/queue"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type runBundle struct {
 	st  *queue.Store
-	clk *clock
+	clk *cqclock.Fake
 	ctx context.Context
 }
 
@@ -41,7 +27,7 @@ func setupRuns(t *testing.T) *runBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	clk := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := cqclock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := queue.New(d)
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)

@@ -18,32 +18,13 @@ import (
 	"github.com/cq-dev/cq/internal/queue"
 )
 
-// fakeClock is an injected Store.Now that only moves when a test moves it, so
-// that schedules and backoffs are tested without sleeping.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // bundle is what setup gives every test: a store over a fresh database in
 // its own home folder, and the clock the store reads.
 type bundle struct {
 	ctx   context.Context
 	st    *queue.Store
 	home  string
-	clock *fakeClock
+	clock *cqclock.Fake
 }
 
 func setup(t *testing.T) *bundle {
@@ -54,7 +35,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatalf("db.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := cqclock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := queue.New(d)
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)
@@ -322,7 +303,7 @@ func TestBlockedReasonOrder(t *testing.T) {
 		}
 		b.wantState(t, id, queue.TaskBlocked, queue.BlockedRetry)
 		// Due: a retry backoff is lifted by PromoteDue like a schedule.
-		b.clock.Advance(time.Hour)
+		b.clock.Add(time.Hour)
 		if n, err := b.st.PromoteDue(b.ctx); err != nil || n != 1 {
 			t.Fatalf("PromoteDue = %d, %v; want 1", n, err)
 		}
@@ -333,7 +314,7 @@ func TestBlockedReasonOrder(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.enq(t, queue.Spec{Hold: true, Delay: "1h"})
-		b.clock.Advance(2 * time.Hour)
+		b.clock.Add(2 * time.Hour)
 		_, state, err := b.st.Release(b.ctx, id, "")
 		if err != nil || state != queue.TaskTodo {
 			t.Fatalf("Release = %s, %v; want todo", state, err)
@@ -368,12 +349,12 @@ func TestPromoteDue(t *testing.T) {
 	}
 
 	promote(0)
-	b.clock.Advance(time.Hour - time.Millisecond)
+	b.clock.Add(time.Hour - time.Millisecond)
 	promote(0)
 	b.wantState(t, sched, queue.TaskBlocked, queue.BlockedScheduled)
 
 	// not_before is inclusive: at exactly the time the task is due.
-	b.clock.Advance(time.Millisecond)
+	b.clock.Add(time.Millisecond)
 	promote(1)
 	b.wantState(t, sched, queue.TaskTodo, "")
 	evs := b.events(t, sched)
@@ -383,7 +364,7 @@ func TestPromoteDue(t *testing.T) {
 	}
 	b.wantState(t, at, queue.TaskBlocked, queue.BlockedScheduled)
 
-	b.clock.Advance(30 * time.Minute)
+	b.clock.Add(30 * time.Minute)
 	promote(1)
 	b.wantState(t, at, queue.TaskTodo, "")
 	// A hold or a dependency still blocks a task whose time has come, and
@@ -667,7 +648,7 @@ func TestDependencies(t *testing.T) {
 
 		// An hour later the dependents end; only the dependencies are past
 		// a 30-minute retention.
-		b.clock.Advance(time.Hour)
+		b.clock.Add(time.Hour)
 		dep := b.enq(t, queue.Spec{After: []string{a}})             // cancelled at once
 		inbox := b.create(t, queue.Spec{After: []string{a}}, false) // likewise
 		b.wantState(t, dep, queue.TaskCancelled, "")
