@@ -4,7 +4,7 @@ package cq
 
 import _ "embed"
 
-// SchemaSQL is schema.sql, split into migrations by internal/db.
+// SchemaSQL is schema.sql, split into migrations by internal/store/sqlite.
 //
 //go:embed schema.sql
 var SchemaSQL string

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"golang.org/x/term"
 )
 
@@ -79,7 +79,7 @@ func (a *App) homePath() (string, error) {
 }
 
 // dbPath is the SQLite file of --db or $CQ_DB, else home's cq.db; a URL
-// of another backend is an error (db.ErrUnsupported). A URL is checked
+// of another backend is an error (sqlite.ErrUnsupported). A URL is checked
 // before the home is made, so a refused one leaves nothing behind.
 func (a *App) dbPath() (string, error) {
 	url := a.DBFlag
@@ -87,7 +87,7 @@ func (a *App) dbPath() (string, error) {
 		url = a.Getenv("CQ_DB")
 	}
 	if url != "" {
-		return db.PathFromURL(url)
+		return sqlite.PathFromURL(url)
 	}
 	home, err := a.Home()
 	if err != nil {
@@ -128,9 +128,9 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	if err != nil {
 		return nil, err
 	}
-	open := db.Open
+	open := sqlite.Open
 	if readOnly {
-		open = db.OpenRead
+		open = sqlite.OpenRead
 	}
 	d, err := open(ctx, path)
 	if err != nil {
@@ -140,7 +140,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 			// database itself may be used by its own path.
 			return nil, &exitErr{code: exitError, msg: ue.Error() + "; give the database's real path with --db"}
 		}
-		if errors.Is(err, db.ErrFutureSchema) || isStoreFault(err) {
+		if errors.Is(err, sqlite.ErrFutureSchema) || isStoreFault(err) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("cannot open the store: %w", err)
@@ -183,7 +183,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 // isStoreFault reports whether err is a store the user must fix (read-only,
 // or its disk full): its message names the store and says what to check.
 func isStoreFault(err error) bool {
-	return errors.Is(err, db.ErrReadOnly) || errors.Is(err, db.ErrFull)
+	return errors.Is(err, sqlite.ErrReadOnly) || errors.Is(err, sqlite.ErrFull)
 }
 
 // stopHere kills what a run cancelled before its recorded start left

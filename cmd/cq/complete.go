@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -147,7 +147,7 @@ func (a *App) peekStore(ctx context.Context) *queue.Store {
 	}
 	var path string
 	if url != "" {
-		p, err := db.PathFromURL(url)
+		p, err := sqlite.PathFromURL(url)
 		if err != nil {
 			return nil
 		}
@@ -159,7 +159,7 @@ func (a *App) peekStore(ctx context.Context) *queue.Store {
 		}
 		path = filepath.Join(home, "cq.db")
 	}
-	d, err := db.OpenPeek(ctx, path)
+	d, err := sqlite.OpenPeek(ctx, path)
 	if err != nil {
 		cobra.CompDebugln("cq: "+err.Error(), false)
 		return nil

@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +54,7 @@ func codeOf(err error) int {
 	if errors.As(err, &qe) {
 		return exitCodeOf(qe.Kind)
 	}
-	if errors.Is(err, db.ErrFutureSchema) || errors.Is(err, db.ErrUnsupported) {
+	if errors.Is(err, sqlite.ErrFutureSchema) || errors.Is(err, sqlite.ErrUnsupported) {
 		return exitError
 	}
 	return exitError

@@ -17,8 +17,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 const fixtureUsage = `usage: fixture task ID KEY=VALUE... | fixture run RUNID TASKID KEY=VALUE... | fixture schema-version [N]`
@@ -56,7 +56,7 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 // the home's database), without draining the spool: a fixture must not
 // change what a script tests about the spool.
 func fixtureStore(ts *testscript.TestScript) *queue.Store {
-	d, err := db.Open(context.Background(), fixturePath(ts))
+	d, err := sqlite.Open(context.Background(), fixturePath(ts))
 	if err != nil {
 		ts.Fatalf("fixture: %v", err)
 	}
@@ -157,7 +157,7 @@ func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]st
 			return fmt.Errorf("unknown key %q (state, finished, not_before, not_before_why, blocked_reason)", k)
 		}
 	}
-	return s.DB.Write(ctx, func(tx *db.Tx) error {
+	return s.DB.Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(sets, ", ")+" WHERE id = ?", append(vals, id)...)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map
 		ph += ", " + strings.Join(sel, ", ")
 	}
 	q := "INSERT INTO runs (" + strings.Join(cols, ", ") + ") SELECT " + ph + " FROM tasks WHERE id = ?"
-	return s.DB.Write(ctx, func(tx *db.Tx) error {
+	return s.DB.Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.ExecContext(ctx, q, append(vals, taskID)...)
 		if err != nil {
 			return err

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/promtext"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -64,7 +64,7 @@ it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
 			}
 			st, err := app.ReadStore(cmd.Context())
-			if errors.Is(err, db.ErrUnsupported) {
+			if errors.Is(err, sqlite.ErrUnsupported) {
 				return err // a postgres:// URL is refused (exit 1) by every command
 			}
 			var h *queue.Health

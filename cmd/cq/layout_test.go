@@ -19,7 +19,7 @@ import (
 func TestInternalPackagesLeaveTheProcessToCmd(t *testing.T) {
 	const module = "github.com/cq-dev/cq/"
 	// A layer may import only the layers after it in this list.
-	layers := []string{"internal/worker", "internal/maintenance", "internal/queue", "internal/db"}
+	layers := []string{"internal/worker", "internal/maintenance", "internal/queue", "internal/store/sqlite"}
 	rank := func(dir string) int {
 		for i, l := range layers {
 			if dir == l {

@@ -16,14 +16,14 @@ import (
 	// One P from package initialization on: a short command does one
 	// goroutine's work, and a second P only wakes threads (docs/performance.md).
 	_ "github.com/cq-dev/cq/cmd/cq/internal/oneproc"
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/worker"
 )
 
 // SQLite frees and allocates the same pages around every statement:
 // glibc keeps them mapped instead of trimming and faulting them in again.
 // In init, not main, so the test binary run as cq does the same.
-func init() { db.KeepFreedHeap() }
+func init() { sqlite.KeepFreedHeap() }
 
 func main() {
 	// CQ_CPUPROFILE=FILE writes a CPU profile of this command, for

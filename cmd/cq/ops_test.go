@@ -28,8 +28,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -1156,7 +1156,7 @@ func TestCancelOfAQueuedRunKillsItsProcess(t *testing.T) {
 	e.ok("enqueue", "--id", "here", "--key", "K", "--", "true")
 	e.ok("enqueue", "--id", "there", "--", "true")
 	ctx := context.Background()
-	d, err := db.Open(ctx, filepath.Join(e.home, "cq.db"))
+	d, err := sqlite.Open(ctx, filepath.Join(e.home, "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

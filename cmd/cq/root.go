@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -162,7 +162,7 @@ func execute(app *App, args []string) int {
 		// A read that failed because the store is read-only (SQLite may
 		// need to write its -shm), or a write outside the transactions
 		// that already say so, is told in words, with the store's path.
-		err = db.Explain(app.store.DB.Path, err)
+		err = sqlite.Explain(app.store.DB.Path, err)
 	}
 	// A command cut short by SIGINT or SIGTERM exits as a shell reports a
 	// process killed by it (130, 143), with nothing more to say.

@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // benchTasks is the size of the benchmark stores.
@@ -45,7 +45,7 @@ var benchKeep bool
 
 func TestMain(m *testing.M) {
 	// The allocator tuned as cq tunes it, so the figures are cq's.
-	db.KeepFreedHeap()
+	sqlite.KeepFreedHeap()
 	code := m.Run()
 	if benchDir != "" && !benchKeep {
 		_ = os.RemoveAll(benchDir)
@@ -85,7 +85,7 @@ func benchBuild(b testing.TB, path string, n int, mix string) {
 	b.Helper()
 	start := time.Now()
 	ctx := context.Background()
-	d, err := db.Open(ctx, path)
+	d, err := sqlite.Open(ctx, path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func benchBuild(b testing.TB, path string, n int, mix string) {
 			UNION ALL SELECT created, 'task.' || state, printf('t%07d', i), 'doing', state FROM gen WHERE state IN ('done','failed','cancelled')`,
 		`DROP TABLE gen`,
 	}
-	err = d.Write(ctx, func(tx *db.Tx) error {
+	err = d.Write(ctx, func(tx *sqlite.Tx) error {
 		for _, s := range stmts {
 			if _, err := tx.ExecContext(ctx, s); err != nil {
 				return fmt.Errorf("%.60s…: %w", s, err)
@@ -199,7 +199,7 @@ func benchStore(b *testing.B, mix string) string {
 func BenchmarkHealth(b *testing.B) {
 	path := benchStore(b, "live")
 	ctx := context.Background()
-	d, err := db.Open(ctx, path)
+	d, err := sqlite.Open(ctx, path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -252,12 +252,12 @@ func benchOpen(b *testing.B, template string) (dir string, st, other *queue.Stor
 	dir = b.TempDir()
 	path := filepath.Join(dir, "cq.db")
 	benchCopy(b, template, path)
-	d, err := db.Open(ctx, path)
+	d, err := sqlite.Open(ctx, path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
-	d2, err := db.Open(ctx, path)
+	d2, err := sqlite.Open(ctx, path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 var hbT0 = time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
@@ -40,7 +40,7 @@ func hbSetup(t *testing.T) *hbEnv {
 	t.Helper()
 	home := t.TempDir()
 	path := filepath.Join(home, "cq.db")
-	d, err := db.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -808,7 +808,7 @@ func TestPassesOverlap(t *testing.T) {
 		runs = append(runs, c.RunID)
 	}
 	e.clk.Add(time.Hour)
-	d2, err := db.Open(e.ctx, e.path)
+	d2, err := sqlite.Open(e.ctx, e.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1033,14 +1033,14 @@ func TestCleanupLetsOtherWritersIn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cq.db")
 	benchBuild(t, path, 60_000, "expired")
 	ctx := context.Background()
-	d, err := db.Open(ctx, path)
+	d, err := sqlite.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	st := queue.New(d)
 	st.Now = func() time.Time { return benchNow }
-	d2, err := db.Open(ctx, path) // its own pool, as another process
+	d2, err := sqlite.Open(ctx, path) // its own pool, as another process
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,13 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 func TestMain(m *testing.M) {
 	// The allocator tuned as cq tunes it, so the figures are cq's.
-	db.KeepFreedHeap()
+	sqlite.KeepFreedHeap()
 	code := m.Run()
 	closeShared()
 	os.Exit(code)
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 func benchStore(b *testing.B) *queue.Store {
 	b.Helper()
-	d, err := db.Open(context.Background(), filepath.Join(b.TempDir(), "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "cq.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func fill(b testing.TB, st *queue.Store, n int, sp queue.Spec) {
 type shared struct {
 	once sync.Once
 	st   *queue.Store
-	d    *db.DB
+	d    *sqlite.DB
 	err  error
 	todo int // unkeyed tasks waiting in it
 }
@@ -135,7 +135,7 @@ func sharedStore(b *testing.B, name string, build func(b *testing.B, s *shared))
 	sharedMu.Unlock()
 	s.once.Do(func() {
 		start := time.Now()
-		s.d, s.err = db.Open(context.Background(), filepath.Join(sharedDir, name+".db"))
+		s.d, s.err = sqlite.Open(context.Background(), filepath.Join(sharedDir, name+".db"))
 		if s.err != nil {
 			return
 		}
@@ -310,7 +310,7 @@ func checkpointed(b *testing.B, d interface {
 
 // workerCheckpoints checkpoints d in the background, as cq worker does
 // (db.BackgroundCheckpoints), until the returned stop.
-func workerCheckpoints(b *testing.B, d *db.DB) (stop func()) {
+func workerCheckpoints(b *testing.B, d *sqlite.DB) (stop func()) {
 	b.Helper()
 	stop, err := d.BackgroundCheckpoints(context.Background())
 	if err != nil {

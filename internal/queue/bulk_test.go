@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TestBulkCreateMatchesOneByOne: a batch written through the bulk path
@@ -56,7 +56,7 @@ func TestBulkCreateMatchesOneByOne(t *testing.T) {
 	run := func(bulk bool) ([]taskOut, []string) {
 		noBulk = !bulk
 		defer func() { noBulk = false }()
-		d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+		d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
 		if err != nil {
 			t.Fatal(err)
 		}

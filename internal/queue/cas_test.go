@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // casEnv is a store over a fresh database whose clock only moves when a
@@ -22,7 +22,7 @@ type casEnv struct {
 
 func casSetup(t *testing.T) *casEnv {
 	t.Helper()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func (e *casEnv) snapshot() string {
 // returns, so that a CAS that wrongly won would be kept, and checks that
 // cas reported a conflict whose message holds want and that the store is
 // as it was.
-func (e *casEnv) lostCAS(want string, cas func(tx *db.Tx, now time.Time) error) {
+func (e *casEnv) lostCAS(want string, cas func(tx *sqlite.Tx, now time.Time) error) {
 	e.t.Helper()
 	before := e.snapshot()
 	var casErr error
-	err := e.st.write(e.ctx, func(tx *db.Tx, now time.Time) error {
+	err := e.st.write(e.ctx, func(tx *sqlite.Tx, now time.Time) error {
 		casErr = cas(tx, now)
 		return nil
 	})
@@ -133,7 +133,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if _, _, err := e.st.Hold(e.ctx, id, ""); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("is blocked, not todo", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("is blocked, not todo", func(tx *sqlite.Tx, now time.Time) error {
 			return casTask(e.ctx, tx, now, stale, TaskCancelled, "", "stale", `reason = ?`, "stale")
 		})
 	})
@@ -146,7 +146,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if _, _, err := e.st.Enqueue(e.ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("changed state meanwhile", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("changed state meanwhile", func(tx *sqlite.Tx, now time.Time) error {
 			return casSame(e.ctx, tx, now, stale, "task.held", "stale", `hold = 1`)
 		})
 	})
@@ -159,7 +159,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The caller read the run queued, and asks queued → cancelled.
-		e.lostCAS("is running, not queued", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
 			return casRun(e.ctx, tx, now, c.RunID, c.TaskID, RunQueued, RunCancelled, "stale", `ended_at = ?`, FormatTime(now))
 		})
 	})
@@ -172,7 +172,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if err := e.st.StartRun(e.ctx, c.RunID, c.Token, 1, 1); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("is running, not queued", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", `ended_at = ?`, FormatTime(now))
 		})
 	})
@@ -184,7 +184,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		stale := e.runRow(c.RunID) // queued, under c.Token
 		// No operation hands a live run a new token; a takeover would.
 		e.exec(`UPDATE runs SET lease_token = 'taken-over' WHERE id = ?`, c.RunID)
-		e.lostCAS("lease lost", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("lease lost", func(tx *sqlite.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", `ended_at = ?`, FormatTime(now))
 		})
 	})
@@ -203,7 +203,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		// Renewed in time by a clock the reaper's read did not see.
 		wall, _, until := ln.lease(time.Minute)
 		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, wall, until, c.RunID)
-		e.lostCAS("lease was renewed meanwhile", func(tx *db.Tx, now time.Time) error {
+		e.lostCAS("lease was renewed meanwhile", func(tx *sqlite.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", `ended_at = ?`, FormatTime(now))
 		})
 	})

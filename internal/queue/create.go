@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Created is the outcome of creating one spec.
@@ -60,7 +60,7 @@ const ProgressEvery = 256
 // must be normalised already; an --after id must be exact.
 func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]Created, error) {
 	out := make([]Created, 0, len(specs))
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		c := newCreator(tx, now)
 		// A failed flush is charged to the first line it carried.
@@ -112,7 +112,7 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 
 // creator carries per-transaction caches for a run of creates.
 type creator struct {
-	tx     *db.Tx
+	tx     *sqlite.Tx
 	now    time.Time
 	queues map[string]bool
 	// pending are created-and-enqueued tasks not written yet (see flush);
@@ -235,7 +235,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func newCreator(tx *db.Tx, now time.Time) *creator {
+func newCreator(tx *sqlite.Tx, now time.Time) *creator {
 	return &creator{tx: tx, now: now, queues: map[string]bool{}}
 }
 

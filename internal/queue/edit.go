@@ -11,7 +11,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TaskSpec returns a task's full id and its stored spec (without its id),
@@ -47,7 +47,7 @@ func (s *Store) TaskSpec(ctx context.Context, ref string) (string, Spec, error) 
 // stands in is fixed once it passed the gateway step.
 func (s *Store) ChangeTask(ctx context.Context, ref string, edit func(Spec) (Spec, error)) (string, string, []string, error) {
 	var changed []string
-	id, state, err := s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	id, state, err := s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		changed = nil
 		if t.State != TaskInbox && t.State != TaskTodo && t.State != TaskBlocked {
 			return refused(t, "change")
@@ -182,7 +182,7 @@ type Retried struct {
 // retried.
 func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]Retried, error) {
 	var out []Retried
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		id, err := resolve(ctx, tx, ref)
 		if err != nil {
@@ -223,7 +223,7 @@ func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]
 // A dependent counts when it is cancelled for a reason that names one of
 // these tasks (section 2's cascade writes "dependency ID failed" or
 // "dependency ID cancelled"); one cancelled by a user is left alone.
-func cancelledDependents(ctx context.Context, tx *db.Tx, root string) ([]string, error) {
+func cancelledDependents(ctx context.Context, tx *sqlite.Tx, root string) ([]string, error) {
 	in := map[string]bool{root: true}
 	var found []string
 	for next := []string{root}; len(next) > 0; {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Seeds live in testdata/fuzz/<FuzzName>/; the f.Add calls below add the
@@ -212,7 +212,7 @@ func FuzzSpoolDrain(f *testing.F) {
 	// and migrating a new one costs more than the drain, and the fuzzer
 	// runs (and minimises) thousands of inputs.
 	ctx := context.Background()
-	d, err := db.Open(ctx, filepath.Join(f.TempDir(), "cq.db"))
+	d, err := sqlite.Open(ctx, filepath.Join(f.TempDir(), "cq.db"))
 	if err != nil {
 		f.Fatal(err)
 	}

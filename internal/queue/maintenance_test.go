@@ -17,8 +17,8 @@ import (
 	"time"
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // mntT0 is the tests' epoch.
@@ -35,7 +35,7 @@ type mntEnv struct {
 
 func mntSetup(t *testing.T) *mntEnv {
 	t.Helper()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -865,7 +865,7 @@ func TestCleanupSweepsOnlyTheEventsOfDeletedTasks(t *testing.T) {
 // place when opened, and a cleanup then deletes its old tasks' events.
 func TestCleanupAfterMigration7(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cq.db")
-	d, err := db.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -885,7 +885,7 @@ func TestCleanupAfterMigration7(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d, err = db.Open(context.Background(), path)
+	d, err = sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

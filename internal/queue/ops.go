@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Resolve turns an id or a unique prefix of one into the full id. An exact
@@ -64,9 +64,9 @@ func resolve(ctx context.Context, q querier, ref string) (string, error) {
 
 // mutate resolves ref and runs fn on the task's current row in one write
 // transaction. It returns the task's id and the state it ended in.
-func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *db.Tx, now time.Time, t *taskRow) error) (string, string, error) {
+func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sqlite.Tx, now time.Time, t *taskRow) error) (string, string, error) {
 	var id, state string
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		var err error
 		id, err = resolve(ctx, tx, ref)
 		if err != nil {
@@ -95,12 +95,12 @@ func refused(t *taskRow, what string) error {
 // Enqueue is the gateway step: an inbox task goes to todo, or blocked if
 // something blocks it. It returns the full id and the new state.
 func (s *Store) Enqueue(ctx context.Context, ref string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		return enqueueTask(ctx, tx, now, t, "")
 	})
 }
 
-func enqueueTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func enqueueTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
 	if t.State != TaskInbox {
 		return refused(t, "enqueue")
 	}
@@ -115,12 +115,12 @@ func (s *Store) Cancel(ctx context.Context, ref, reason string) (string, string,
 	if reason == "" {
 		reason = "cancelled by user"
 	}
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		return cancelByUser(ctx, tx, now, t, reason, s.StopCancelled)
 	})
 }
 
-func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
+func cancelByUser(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
 	switch t.State {
 	case TaskInbox, TaskTodo, TaskBlocked:
 		return cancelTask(ctx, tx, now, t, reason)
@@ -134,7 +134,7 @@ func cancelByUser(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, rea
 // started is cancelled outright with its task (stop, if set, is then told
 // of it before the commit; see Store.StopCancelled); a running one goes to
 // cancelling for its worker to confirm; one already cancelling is left.
-func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
+func cancelDoing(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
 	var runID, state string
 	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND `+liveRuns+`
 		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
@@ -165,7 +165,7 @@ func cancelDoing(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reas
 }
 
 // casRun moves a run from one state to another and records the event.
-func casRun(ctx context.Context, tx *db.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
+func casRun(ctx context.Context, tx *sqlite.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
 	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
 	if set != "" {
 		q += `, ` + set
@@ -190,12 +190,12 @@ func casRun(ctx context.Context, tx *db.Tx, now time.Time, runID, taskID, from, 
 // The task's reason becomes the hold's, so cq show says why it is held;
 // a release replaces it with the release's (or none).
 func (s *Store) Hold(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		return holdTask(ctx, tx, now, t, reason)
 	})
 }
 
-func holdTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func holdTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskInbox, TaskBlocked:
 		if t.Hold {
@@ -210,7 +210,7 @@ func holdTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason 
 
 // casSame changes a task's fields without changing its state, guarded by
 // the state it was read in, and records the event (from = to).
-func casSame(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
+func casSame(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
 	all := append([]any{FormatTime(now)}, args...)
 	all = append(all, t.ID, t.State)
 	res, err := tx.ExecContext(ctx, `UPDATE tasks SET updated_at = ?, `+set+` WHERE id = ? AND state = ?`, all...)
@@ -226,12 +226,12 @@ func casSame(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, kind, re
 // Release removes a task's hold. A blocked task with nothing else blocking
 // it goes to todo.
 func (s *Store) Release(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		return releaseTask(ctx, tx, now, t, reason)
 	})
 }
 
-func releaseTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func releaseTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
 	if !t.Hold || (t.State != TaskInbox && t.State != TaskBlocked) {
 		if t.State == TaskInbox || t.State == TaskBlocked || t.State == TaskTodo {
 			return conflictf("cannot release task %s: it is %s without a hold", t.ID, t.State)
@@ -253,12 +253,12 @@ func releaseTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reas
 // (or blocked if a hold or an unmet dependency remains), at the back of its
 // key lane; blocked only by a retry backoff or a schedule → todo now.
 func (s *Store) Retry(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		return retryTask(ctx, tx, now, t, reason)
 	})
 }
 
-func retryTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func retryTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskFailed, TaskCancelled:
 		if dep, why, err := deadDependency(ctx, tx, t.ID); err != nil {
@@ -316,7 +316,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 	if !ValidTaskState(target) {
 		return "", "", invalidf("unknown state %q (want one of %s)", target, strings.Join(TaskStates, ", "))
 	}
-	return s.mutate(ctx, ref, func(tx *db.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
 		var err error
 		switch target {
 		case TaskTodo:

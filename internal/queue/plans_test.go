@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TestLiveRunQueriesUseTheLiveIndex: the scans a busy worker and the
@@ -120,7 +120,7 @@ func TestCleanupDeletesByID(t *testing.T) {
 // skewedStats gives d the planner statistics of a store of two million
 // tasks and runs of few states: there tasks_state and runs_live look
 // selective, and a statement that may use them instead of the ids does.
-func skewedStats(t *testing.T, d *db.DB) {
+func skewedStats(t *testing.T, d *sqlite.DB) {
 	t.Helper()
 	for _, q := range []string{
 		`ANALYZE`,
@@ -141,9 +141,9 @@ func skewedStats(t *testing.T, d *db.DB) {
 }
 
 // planStore is a new store for the plan tests.
-func planStore(t *testing.T) *db.DB {
+func planStore(t *testing.T) *sqlite.DB {
 	t.Helper()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func planStore(t *testing.T) *db.DB {
 }
 
 // boundPlan is queryPlan of q with the text "x" bound to each parameter.
-func boundPlan(t *testing.T, d *db.DB, q string) string {
+func boundPlan(t *testing.T, d *sqlite.DB, q string) string {
 	t.Helper()
 	args := make([]any, strings.Count(q, "?"))
 	for i := range args {

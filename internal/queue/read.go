@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Task is a task as cq prints it (its JSON shape in docs/commands.md,
@@ -560,7 +560,7 @@ func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) 
 // moved.
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
 			WHERE state = 'blocked' AND not_before IS NOT NULL AND not_before <= ? AND hold = 0 AND deps_left = 0 LIMIT 1000`, FormatTime(now))
 		if err != nil {
@@ -583,7 +583,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 
 // promote moves blocked tasks that nothing blocks any more to todo, each
 // with the reason why(t), and returns how many moved.
-func promote(ctx context.Context, tx *db.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
+func promote(ctx context.Context, tx *sqlite.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
 	for i, t := range ts {
 		if err := casTask(ctx, tx, now, t, TaskTodo, "", why(t),
 			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Failure classes decide which retry budget a failed run spends
@@ -112,7 +112,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*Claimed, error) {
 // ClaimN claims up to n tasks, as Claim does, in one transaction.
 func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, error) {
 	var out []*Claimed
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		var err error
 		out, err = claimTx(ctx, tx, s.leaseNow(now), p, n)
 		return err
@@ -129,7 +129,7 @@ func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, e
 // its next k claims. The queues' lists merge by priority, then seq, and
 // the first n are claimed with one statement for their tasks and one for
 // their runs.
-func claimTx(ctx context.Context, tx *db.Tx, ln leaseNow, p ClaimParams, n int) ([]*Claimed, error) {
+func claimTx(ctx context.Context, tx *sqlite.Tx, ln leaseNow, p ClaimParams, n int) ([]*Claimed, error) {
 	if p.Lease <= 0 {
 		p.Lease = 90 * time.Second
 	}
@@ -182,7 +182,7 @@ const sqlClaimHeads = `SELECT id, priority, COALESCE(seq,0), attempts, spec FROM
 	WHERE queue = CAST(? AS TEXT) AND state = 'todo' AND lane_head = 1 ORDER BY priority, seq LIMIT `
 
 // claimHeads appends up to limit of queue q's next runnable tasks to out.
-func claimHeads(ctx context.Context, tx *db.Tx, q *queueRow, limit int, out []claimHeadRow) ([]claimHeadRow, error) {
+func claimHeads(ctx context.Context, tx *sqlite.Tx, q *queueRow, limit int, out []claimHeadRow) ([]claimHeadRow, error) {
 	if limit <= 0 {
 		return out, nil
 	}
@@ -211,7 +211,7 @@ func claimHeads(ctx context.Context, tx *db.Tx, q *queueRow, limit int, out []cl
 // claimAll claims heads: each task todo → doing, and its run, queued.
 // One UPDATE moves every task (a CAS on each: all must still be todo,
 // which they are, read in this transaction); one INSERT writes the runs.
-func claimAll(ctx context.Context, tx *db.Tx, ln leaseNow, p ClaimParams, heads []claimHeadRow) ([]*Claimed, error) {
+func claimAll(ctx context.Context, tx *sqlite.Tx, ln leaseNow, p ClaimParams, heads []claimHeadRow) ([]*Claimed, error) {
 	now := ln.wall
 	at := FormatTime(now)
 	err := inChunks(len(heads), func(lo, hi int) error {
@@ -378,7 +378,7 @@ type claimable struct {
 
 // claimableQueues are the queues a claim may take from now: not paused,
 // below their concurrency, among the wanted ones.
-func claimableQueues(ctx context.Context, tx *db.Tx, wanted []string) ([]*claimable, error) {
+func claimableQueues(ctx context.Context, tx *sqlite.Tx, wanted []string) ([]*claimable, error) {
 	q := `SELECT ` + queueCols + ` FROM queues WHERE paused = 0`
 	var args []any
 	if len(wanted) > 0 {
@@ -488,7 +488,7 @@ type Start struct {
 // StartRuns records several starts in one transaction; errs[i] is the
 // outcome of starts[i] (a conflict: kill that run's group).
 func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, err error) {
-	err = s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err = s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		errs = make([]error, len(starts))
 		return s.startAll(ctx, tx, now, starts, errs)
 	})
@@ -499,7 +499,7 @@ func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, er
 // queued under its token to running (a CAS on each), and each start it
 // did not move goes through startTx, which finds it refused again and
 // says why in errs. A refusal is not an error of the transaction.
-func (s *Store) startAll(ctx context.Context, tx *db.Tx, now time.Time, starts []Start, errs []error) error {
+func (s *Store) startAll(ctx context.Context, tx *sqlite.Tx, now time.Time, starts []Start, errs []error) error {
 	if len(starts) == 0 {
 		return nil
 	}
@@ -557,7 +557,7 @@ func (s *Store) startAll(ctx context.Context, tx *db.Tx, now time.Time, starts [
 }
 
 // startTx is one queued → running CAS; it writes nothing if it fails.
-func startTx(ctx context.Context, tx *db.Tx, now time.Time, st Start) error {
+func startTx(ctx context.Context, tx *sqlite.Tx, now time.Time, st Start) error {
 	// The CAS first, in one statement; the run is read only to say why
 	// the CAS was refused.
 	var taskID string
@@ -587,7 +587,7 @@ func startTx(ctx context.Context, tx *db.Tx, now time.Time, st Start) error {
 }
 
 // casRunToken is casRun guarded by the run's lease token as well.
-func casRunToken(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, to, reason, set string, args ...any) error {
+func casRunToken(ctx context.Context, tx *sqlite.Tx, now time.Time, r *runRow, to, reason, set string, args ...any) error {
 	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
 	if set != "" {
 		q += `, ` + set
@@ -668,7 +668,7 @@ type Renewal struct {
 // expired. A refusal means the worker has lost the run.
 func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Duration) (Renewal, error) {
 	var out Renewal
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		exp := now.Add(ttl)
 		ln := s.leaseNow(now)
 		wall, bootID, until := ln.lease(ttl)
@@ -784,7 +784,7 @@ func (s *Store) FinishRuns(ctx context.Context, fs []Finish, claim *ClaimN) (Fin
 // last time ride with the ends that come next.
 func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *ClaimN) (FinishResult, error) {
 	var res FinishResult
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		res = FinishResult{Finished: make([]Finished, len(fs)), StartErrs: make([]error, len(starts))}
 		if err := s.startAll(ctx, tx, now, starts, res.StartErrs); err != nil {
 			return err
@@ -839,7 +839,7 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 // finishTx, which records them or says why not. If a task of an ended
 // run is not doing (the store broke an invariant), nothing is written
 // here and finishTx meets it.
-func finishSucceeded(ctx context.Context, tx *db.Tx, now time.Time, fs []Finish, out []Finished) ([]bool, error) {
+func finishSucceeded(ctx context.Context, tx *sqlite.Tx, now time.Time, fs []Finish, out []Finished) ([]bool, error) {
 	done := make([]bool, len(fs))
 	var idx []int
 	args := make([]any, 0, 7*len(fs))
@@ -920,7 +920,7 @@ func finishSucceeded(ctx context.Context, tx *db.Tx, now time.Time, fs []Finish,
 
 // endRunsSucceeded ends the runs of fs[idx] succeeded, with args (7 per
 // run, in endRunsSQL's order), and returns those it ended, by id.
-func endRunsSucceeded(ctx context.Context, tx *db.Tx, idx []int, args []any) (map[string]*Run, error) {
+func endRunsSucceeded(ctx context.Context, tx *sqlite.Tx, idx []int, args []any) (map[string]*Run, error) {
 	out := make(map[string]*Run, len(idx))
 	err := inChunks(len(idx), func(lo, hi int) error {
 		rows, err := tx.QueryContext(ctx, endRunsSQL.get(hi-lo), args[7*lo:7*hi]...)
@@ -947,7 +947,7 @@ type endedTask struct {
 }
 
 // doneTasks moves tasks doing → done and returns those it moved.
-func doneTasks(ctx context.Context, tx *db.Tx, now time.Time, ids []any) (map[string]endedTask, error) {
+func doneTasks(ctx context.Context, tx *sqlite.Tx, now time.Time, ids []any) (map[string]endedTask, error) {
 	at := FormatTime(now)
 	out := make(map[string]endedTask, len(ids))
 	err := inChunks(len(ids), func(lo, hi int) error {
@@ -975,7 +975,7 @@ type ClaimN struct {
 	N      int
 }
 
-func finishTx(ctx context.Context, tx *db.Tx, now time.Time, f Finish) (string, error) {
+func finishTx(ctx context.Context, tx *sqlite.Tx, now time.Time, f Finish) (string, error) {
 	r, err := getRun(ctx, tx, f.RunID)
 	if err != nil {
 		return "", err
@@ -997,7 +997,7 @@ func finishTx(ctx context.Context, tx *db.Tx, now time.Time, f Finish) (string, 
 }
 
 // endRun moves a live run to its terminal state and decides its task.
-func endRun(ctx context.Context, tx *db.Tx, now time.Time, r *runRow, o Outcome, reason string) (string, error) {
+func endRun(ctx context.Context, tx *sqlite.Tx, now time.Time, r *runRow, o Outcome, reason string) (string, error) {
 	switch {
 	case RunTerminal(r.State):
 		return "", conflictf("run %s already ended %s", r.ID, r.State)
@@ -1117,11 +1117,11 @@ func Backoff(class string, n int, base time.Duration) time.Duration {
 
 // finishTask ends a doing task done or failed, hands its lane on, and
 // tells its dependents.
-func finishTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, reason string) error {
+func finishTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, reason string) error {
 	return finishTaskSet(ctx, tx, now, t, to, reason, "")
 }
 
-func finishTaskSet(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, reason, set string) error {
+func finishTaskSet(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, reason, set string) error {
 	s := `lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`
 	if set != "" {
 		s += ", " + set
@@ -1142,7 +1142,7 @@ func finishTaskSet(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to
 
 // releaseDependents counts a finished dependency off its dependents and
 // moves those that nothing blocks any more from blocked to todo.
-func releaseDependents(ctx context.Context, tx *db.Tx, now time.Time, dep string) error {
+func releaseDependents(ctx context.Context, tx *sqlite.Tx, now time.Time, dep string) error {
 	// Most tasks have no dependents: one index probe settles it, where the
 	// UPDATE below would build a temporary table for its IN list.
 	var one int
@@ -1230,7 +1230,7 @@ func reaped(r *runRow, from, to string) Reaped {
 // so that they are gone before anyone may take the task again.
 func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		ln := s.leaseNow(now)
 		ids, err := queryIDs(ctx, tx, sqlExpiredLeases, ln.args()...)

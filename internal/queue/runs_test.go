@@ -10,8 +10,8 @@ import (
 	"time"
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 type runBundle struct {
@@ -22,7 +22,7 @@ type runBundle struct {
 
 func setupRuns(t *testing.T) *runBundle {
 	t.Helper()
-	d, err := db.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/spool"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // SpoolLine validates one spool line and returns its normalised spec. A
@@ -36,18 +36,18 @@ func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
 // then answers at once instead of queueing behind a long write.
 func (s *Store) DrainSpoolWithin(ctx context.Context, home string, wait time.Duration) (int, bool, error) {
 	n, ok, err := spool.DrainWithin(home, s.Now, wait, s.storeSpooled(ctx, wait))
-	if errors.Is(err, db.ErrBusy) {
+	if errors.Is(err, sqlite.ErrBusy) {
 		return 0, false, nil
 	}
 	return n, ok, err
 }
 
 // storeSpooled stores spooled lines in one transaction; a wait above 0
-// bounds its wait for the write lock (db.ErrBusy past it).
+// bounds its wait for the write lock (sqlite.ErrBusy past it).
 func (s *Store) storeSpooled(ctx context.Context, wait time.Duration) func(lines [][]byte) ([]spool.Reject, error) {
 	return func(lines [][]byte) ([]spool.Reject, error) {
 		var rejects []spool.Reject
-		body := func(tx *db.Tx) error {
+		body := func(tx *sqlite.Tx) error {
 			now := s.now()
 			rejects = rejects[:0]
 			c := newCreator(tx, now)

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Store is the task store over one database.
 type Store struct {
-	DB *db.DB
+	DB *sqlite.DB
 	// Now is the wall clock, for every time a user reads or writes;
 	// tests replace it to move time without waiting.
 	Now func() time.Time
@@ -38,18 +38,18 @@ type Store struct {
 }
 
 // New returns a Store over d using the host's clocks.
-func New(d *db.DB) *Store {
+func New(d *sqlite.DB) *Store {
 	return &Store{DB: d, Now: clock.Wall, Boot: clock.Boot}
 }
 
 func (s *Store) now() time.Time { return s.Now().UTC() }
 
 // write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *db.Tx, now time.Time) error) error {
-	return s.DB.Write(ctx, func(tx *db.Tx) error { return fn(tx, s.now()) })
+func (s *Store) write(ctx context.Context, fn func(tx *sqlite.Tx, now time.Time) error) error {
+	return s.DB.Write(ctx, func(tx *sqlite.Tx) error { return fn(tx, s.now()) })
 }
 
-// querier is what both *sql.DB and *db.Tx offer.
+// querier is what both *sql.DB and *sqlite.Tx offer.
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
@@ -133,7 +133,7 @@ func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time
 
 // nextSeq is the seq the next event will get; a task entering its lane
 // takes it as its place, so lane order is gateway order.
-func nextSeq(ctx context.Context, tx *db.Tx) (int64, error) {
+func nextSeq(ctx context.Context, tx *sqlite.Tx) (int64, error) {
 	// The events still pending take their seqs first.
 	if err := tx.Flush(); err != nil {
 		return 0, err
@@ -150,14 +150,14 @@ type event struct {
 }
 
 // eventRows is the INSERT of the events a transaction writes: they go in
-// with one statement when it commits (see db.Batch), in the order they
+// with one statement when it commits (see sqlite.Batch), in the order they
 // were added, so their seqs follow that order as before.
-var eventRows = db.NewBatch(`INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data) VALUES `, 8)
+var eventRows = sqlite.NewBatch(`INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data) VALUES `, 8)
 
 // rawJSON is event data already encoded.
 type rawJSON string
 
-func addEvent(_ context.Context, tx *db.Tx, now time.Time, e event) error {
+func addEvent(_ context.Context, tx *sqlite.Tx, now time.Time, e event) error {
 	var data any
 	if r, ok := e.Data.(rawJSON); ok {
 		data = string(r)
@@ -173,7 +173,7 @@ func addEvent(_ context.Context, tx *db.Tx, now time.Time, e event) error {
 
 // laneIsFree reports whether no live task holds key's lane, so a task
 // entering it becomes its head.
-func laneIsFree(ctx context.Context, tx *db.Tx, key, exceptID string) (bool, error) {
+func laneIsFree(ctx context.Context, tx *sqlite.Tx, key, exceptID string) (bool, error) {
 	if key == "" {
 		return true, nil
 	}
@@ -186,7 +186,7 @@ func laneIsFree(ctx context.Context, tx *db.Tx, key, exceptID string) (bool, err
 }
 
 // advanceLane hands key's lane to its next task after its head left it.
-func advanceLane(ctx context.Context, tx *db.Tx, key string) error {
+func advanceLane(ctx context.Context, tx *sqlite.Tx, key string) error {
 	if key == "" {
 		return nil
 	}
@@ -230,7 +230,7 @@ const (
 // casTask moves a task from one state to another and records the event;
 // set lists extra assignments. A lost CAS returns a conflict naming the
 // state the task is in now.
-func casTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
+func casTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
 	q := `UPDATE tasks SET state = ?, updated_at = ?`
 	if set != "" {
 		q += `, ` + set
@@ -260,7 +260,7 @@ func casTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, to, kind
 // it at the back of its key lane, and becomes the lane's head if the lane
 // is free. If a dependency already ended failed or cancelled it is
 // cancelled instead.
-func enterLane(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
+func enterLane(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
 	if mayHaveDeps {
 		if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
 			return "", err
@@ -293,7 +293,7 @@ func enterLane(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason
 
 // deadDependency returns a dependency of id that ended failed or
 // cancelled, with the reason a dependent is cancelled for it.
-func deadDependency(ctx context.Context, tx *db.Tx, id string) (string, string, error) {
+func deadDependency(ctx context.Context, tx *sqlite.Tx, id string) (string, string, error) {
 	var dep, state string
 	err := tx.QueryRowContext(ctx, sqlDeadDependency, id).Scan(&dep, &state)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -308,7 +308,7 @@ func deadDependency(ctx context.Context, tx *db.Tx, id string) (string, string, 
 // cancelTask ends a task that is not running (inbox, todo, blocked; or
 // doing whose run is being cancelled) as cancelled, hands its lane on, and
 // cancels its dependents, transitively.
-func cancelTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
 	wasInLane := t.State == TaskTodo || t.State == TaskBlocked || t.State == TaskDoing
 	err := casTask(ctx, tx, now, t, TaskCancelled, "", reason,
 		`lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`, FormatTime(now), nullable(reason))
@@ -324,7 +324,7 @@ func cancelTask(ctx context.Context, tx *db.Tx, now time.Time, t *taskRow, reaso
 }
 
 // cancelDependents cancels every task still waiting on dep.
-func cancelDependents(ctx context.Context, tx *db.Tx, now time.Time, dep, reason string) error {
+func cancelDependents(ctx context.Context, tx *sqlite.Tx, now time.Time, dep, reason string) error {
 	rows, err := tx.QueryContext(ctx, sqlWaitingDependents, dep)
 	if err != nil {
 		return err
@@ -361,7 +361,7 @@ func cancelDependents(ctx context.Context, tx *db.Tx, now time.Time, dep, reason
 }
 
 // ensureQueue records that a queue exists, with default settings.
-func ensureQueue(ctx context.Context, tx *db.Tx, now time.Time, name string) error {
+func ensureQueue(ctx context.Context, tx *sqlite.Tx, now time.Time, name string) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 		name, FormatTime(now), FormatTime(now))
 	return err

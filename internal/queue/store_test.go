@@ -14,8 +14,8 @@ import (
 	"time"
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // bundle is what setup gives every test: a store over a fresh database in
@@ -30,9 +30,9 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	home := t.TempDir()
-	d, err := db.Open(context.Background(), filepath.Join(home, "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(home, "cq.db"))
 	if err != nil {
-		t.Fatalf("db.Open: %v", err)
+		t.Fatalf("sqlite.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	clk := cqclock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -833,7 +833,7 @@ func TestUniqueKeys(t *testing.T) {
 		const n = 8
 		stores := make([]*queue.Store, n)
 		for i := range stores {
-			d, err := db.Open(b.ctx, b.st.DB.Path)
+			d, err := sqlite.Open(b.ctx, b.st.DB.Path)
 			if err != nil {
 				t.Fatal(err)
 			}

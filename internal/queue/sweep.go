@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // A cleanup deletes the events of the tasks it deletes in two steps, so
@@ -57,7 +57,7 @@ type seqWindow [2]int64
 
 // noteEventWindows adds the event windows of the tasks just deleted, ids
 // bound to the placeholders of in, to the windows still to sweep.
-func noteEventWindows(ctx context.Context, tx *db.Tx, now time.Time, in string, ids []any) error {
+func noteEventWindows(ctx context.Context, tx *sqlite.Tx, now time.Time, in string, ids []any) error {
 	rows, err := tx.QueryContext(ctx, strings.Replace(sqlTaskEnds, "%s", in, 1), ids...)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func sweepWindows(ctx context.Context, q querier) ([]seqWindow, error) {
 	return mergeWindows(ws), nil
 }
 
-func saveSweepWindows(ctx context.Context, tx *db.Tx, now time.Time, ws []seqWindow) error {
+func saveSweepWindows(ctx context.Context, tx *sqlite.Tx, now time.Time, ws []seqWindow) error {
 	if len(ws) == 0 {
 		_, err := tx.ExecContext(ctx, `DELETE FROM system_state WHERE key = ?`, sweepKey)
 		return err
@@ -162,7 +162,7 @@ func mergeWindows(ws []seqWindow) []seqWindow {
 func (s *Store) SweepEvents(ctx context.Context) (int, bool, error) {
 	var n int
 	var more bool
-	err := s.write(ctx, func(tx *db.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n, more = 0, false
 		ws, err := sweepWindows(ctx, tx)
 		if err != nil || len(ws) == 0 {

@@ -17,11 +17,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -211,7 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// wait for ever on what only the user can fix. Any other failure of
 	// the probe (a busy store, a full disk) is what the loop's backoff is
 	// for.
-	if err := w.st.DB.CheckWritable(ctx); errors.Is(err, db.ErrReadOnly) {
+	if err := w.st.DB.CheckWritable(ctx); errors.Is(err, sqlite.ErrReadOnly) {
 		w.log.Error("store.error", "op", "start", "error", err.Error())
 		return err
 	} else if err != nil && ctx.Err() == nil {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TestWorkerStartsDelayedWorkWhenDue: an idle worker starts a delayed
@@ -66,7 +66,7 @@ func TestWorkerStartsDelayedWorkWhenDue(t *testing.T) {
 func testStore(t *testing.T) (home string, st *queue.Store) {
 	t.Helper()
 	home = t.TempDir()
-	d, err := db.Open(context.Background(), filepath.Join(home, "cq.db"))
+	d, err := sqlite.Open(context.Background(), filepath.Join(home, "cq.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build !(linux && cgo)
 
-package db
+package sqlite
 
 // KeepFreedHeap does nothing where the C allocator is not glibc's, or
 // there is no cgo to reach it.

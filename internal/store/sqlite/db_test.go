@@ -1,4 +1,4 @@
-package db_test
+package sqlite_test
 
 import (
 	"bytes"
@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	_ "github.com/mattn/go-sqlite3"
 )
 
-func open(t *testing.T, path string) *db.DB {
+func open(t *testing.T, path string) *sqlite.DB {
 	t.Helper()
-	d, err := db.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", path, err)
 	}
@@ -40,7 +40,7 @@ func userVersion(t *testing.T, q interface {
 	return v
 }
 
-func tables(t *testing.T, d *db.DB) map[string]bool {
+func tables(t *testing.T, d *sqlite.DB) map[string]bool {
 	t.Helper()
 	rows, err := d.SQL.Query(`SELECT name FROM sqlite_master WHERE type = 'table'`)
 	if err != nil {
@@ -60,7 +60,7 @@ func tables(t *testing.T, d *db.DB) map[string]bool {
 
 func TestMigrations(t *testing.T) {
 	t.Parallel()
-	ms := db.Migrations()
+	ms := sqlite.Migrations()
 	if len(ms) == 0 {
 		t.Fatal("schema.sql has no migrations")
 	}
@@ -72,14 +72,14 @@ func TestMigrations(t *testing.T) {
 			t.Fatalf("migration %d is empty", m.Version)
 		}
 	}
-	if db.LatestVersion() != ms[len(ms)-1].Version {
-		t.Fatalf("LatestVersion = %d, want %d", db.LatestVersion(), ms[len(ms)-1].Version)
+	if sqlite.LatestVersion() != ms[len(ms)-1].Version {
+		t.Fatalf("LatestVersion = %d, want %d", sqlite.LatestVersion(), ms[len(ms)-1].Version)
 	}
 
 	path := filepath.Join(t.TempDir(), "cq.db")
 	d := open(t, path)
-	if v := userVersion(t, d.SQL); v != db.LatestVersion() {
-		t.Fatalf("user_version = %d after Open, want %d", v, db.LatestVersion())
+	if v := userVersion(t, d.SQL); v != sqlite.LatestVersion() {
+		t.Fatalf("user_version = %d after Open, want %d", v, sqlite.LatestVersion())
 	}
 	have := tables(t, d)
 	for _, want := range []string{"tasks", "task_deps", "runs", "events", "queues", "system_state"} {
@@ -104,14 +104,14 @@ func TestMigrations(t *testing.T) {
 	if err := d2.SQL.QueryRow(`SELECT COUNT(*) FROM system_state WHERE key = 'marker'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("reopening lost data: %d, %v", n, err)
 	}
-	if v := userVersion(t, d2.SQL); v != db.LatestVersion() {
-		t.Fatalf("user_version = %d after reopening, want %d", v, db.LatestVersion())
+	if v := userVersion(t, d2.SQL); v != sqlite.LatestVersion() {
+		t.Fatalf("user_version = %d after reopening, want %d", v, sqlite.LatestVersion())
 	}
 }
 
 func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
 	t.Parallel()
-	ms := db.Migrations()
+	ms := sqlite.Migrations()
 	if len(ms) < 2 {
 		t.Skip("only one migration: nothing to resume from")
 	}
@@ -128,8 +128,8 @@ func TestMigrationsResumeFromAnOlderVersion(t *testing.T) {
 	}
 	raw.Close()
 	d := open(t, path)
-	if v := userVersion(t, d.SQL); v != db.LatestVersion() {
-		t.Fatalf("user_version = %d, want %d", v, db.LatestVersion())
+	if v := userVersion(t, d.SQL); v != sqlite.LatestVersion() {
+		t.Fatalf("user_version = %d, want %d", v, sqlite.LatestVersion())
 	}
 }
 
@@ -140,7 +140,7 @@ func TestWriteConnectionCache(t *testing.T) {
 	t.Parallel()
 	d := open(t, filepath.Join(t.TempDir(), "cq.db"))
 	var w, r, wc, rc int
-	if err := d.Write(context.Background(), func(tx *db.Tx) error {
+	if err := d.Write(context.Background(), func(tx *sqlite.Tx) error {
 		if err := tx.QueryRowContext(context.Background(), `PRAGMA cache_size`).Scan(&w); err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func TestStateChecksHoldAfterTheirRewrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range db.Migrations()[:4] {
+	for _, m := range sqlite.Migrations()[:4] {
 		if _, err := raw.Exec(m.SQL); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestStateChecksHoldAfterTheirRewrite(t *testing.T) {
 	}
 	bad := []string{`UPDATE tasks SET state = 'bogus' WHERE id = 't1'`, `UPDATE runs SET state = 'bogus' WHERE id = 'r1'`}
 	for _, q := range bad {
-		err := d.Write(context.Background(), func(tx *db.Tx) error {
+		err := d.Write(context.Background(), func(tx *sqlite.Tx) error {
 			_, err := tx.ExecContext(context.Background(), q)
 			return err
 		})
@@ -230,10 +230,10 @@ func TestFutureSchemaIsRefusedUntouched(t *testing.T) {
 		journal, vacuum, _ := strings.Cut(mode, "/")
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			wantRefusedUntouched(t, t.TempDir(), "?_journal_mode="+journal+"&_auto_vacuum="+vacuum, db.ErrFutureSchema, []string{
+			wantRefusedUntouched(t, t.TempDir(), "?_journal_mode="+journal+"&_auto_vacuum="+vacuum, sqlite.ErrFutureSchema, []string{
 				`CREATE TABLE future (x TEXT)`,
 				`INSERT INTO future VALUES ('from a newer cq')`,
-				fmt.Sprintf(`PRAGMA user_version = %d`, db.LatestVersion()+1),
+				fmt.Sprintf(`PRAGMA user_version = %d`, sqlite.LatestVersion()+1),
 			})
 		})
 	}
@@ -248,10 +248,10 @@ func TestForeignDatabaseIsRefusedUntouched(t *testing.T) {
 	// A table of its own named as one of cq's does not make it a store.
 	// At cq's latest version too: Open then reads no more than the version
 	// and the table names (one statement), and must still say no.
-	for _, version := range []int{0, 2, 3, db.LatestVersion()} {
+	for _, version := range []int{0, 2, 3, sqlite.LatestVersion()} {
 		t.Run(fmt.Sprint(version), func(t *testing.T) {
 			t.Parallel()
-			wantRefusedUntouched(t, t.TempDir(), "", db.ErrNotCq, []string{
+			wantRefusedUntouched(t, t.TempDir(), "", sqlite.ErrNotCq, []string{
 				`CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)`,
 				`INSERT INTO notes (body) VALUES ('precious')`,
 				`CREATE TABLE tasks (x)`,
@@ -262,7 +262,7 @@ func TestForeignDatabaseIsRefusedUntouched(t *testing.T) {
 }
 
 // wantRefusedUntouched makes dir/cq.db with stmts (opened with the DSN
-// query params), then requires db.Open to refuse it with want and to
+// query params), then requires sqlite.Open to refuse it with want and to
 // leave the folder exactly as it was.
 func wantRefusedUntouched(t *testing.T, dir, params string, want error, stmts []string) {
 	t.Helper()
@@ -281,7 +281,7 @@ func wantRefusedUntouched(t *testing.T, dir, params string, want error, stmts []
 		t.Fatal(err)
 	}
 	before := dirFiles(t, dir)
-	d, err := db.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err == nil {
 		d.Close()
 		t.Fatalf("Open accepted the database; want %v", want)
@@ -399,14 +399,14 @@ func TestConcurrentOpenOfANewPath(t *testing.T) {
 		const n = 16
 		start := make(chan struct{})
 		errs := make([]error, n)
-		dbs := make([]*db.DB, n)
+		dbs := make([]*sqlite.DB, n)
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				dbs[i], errs[i] = db.Open(context.Background(), path)
+				dbs[i], errs[i] = sqlite.Open(context.Background(), path)
 				if errs[i] == nil {
 					var c int
 					errs[i] = dbs[i].SQL.QueryRow(`SELECT COUNT(*) FROM tasks`).Scan(&c)
@@ -422,8 +422,8 @@ func TestConcurrentOpenOfANewPath(t *testing.T) {
 		}
 		for _, d := range dbs {
 			if d != nil {
-				if v := userVersion(t, d.SQL); v != db.LatestVersion() {
-					t.Errorf("user_version = %d, want %d", v, db.LatestVersion())
+				if v := userVersion(t, d.SQL); v != sqlite.LatestVersion() {
+					t.Errorf("user_version = %d, want %d", v, sqlite.LatestVersion())
 				}
 				// Whichever opener made the file, it has incremental
 				// auto-vacuum (cq cleanup gives pages back with it).
@@ -446,7 +446,7 @@ func TestConcurrentOpenOfANewPath(t *testing.T) {
 func TestOpeningAStoreWritesNothing(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cq.db")
-	first, err := db.Open(context.Background(), path)
+	first, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestOpeningAStoreWritesNothing(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		// Well below the busy timeout: a wait for the lock fails here.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, err := db.Open(ctx, path)
+		d, err := sqlite.Open(ctx, path)
 		if err != nil {
 			cancel()
 			t.Fatalf("open %d beside a writer: %v", i, err)
@@ -505,11 +505,11 @@ func TestPathFromURL(t *testing.T) {
 		{"sqlite:///var/cq.db", "/var/cq.db", nil},
 		{"sqlite:rel.db", "rel.db", nil},
 		{"/abs/cq.db", "/abs/cq.db", nil},
-		{"postgres://u@h/db", "", db.ErrUnsupported},
-		{"postgresql://u@h/db", "", db.ErrUnsupported},
-		{"mysql://u@h/db", "", db.ErrUnsupported},
+		{"postgres://u@h/db", "", sqlite.ErrUnsupported},
+		{"postgresql://u@h/db", "", sqlite.ErrUnsupported},
+		{"mysql://u@h/db", "", sqlite.ErrUnsupported},
 	} {
-		got, err := db.PathFromURL(c.in)
+		got, err := sqlite.PathFromURL(c.in)
 		if c.err != nil {
 			if !errors.Is(err, c.err) {
 				t.Errorf("PathFromURL(%q) = %q, %v; want %v", c.in, got, err, c.err)
@@ -526,7 +526,7 @@ func TestPathFromURL(t *testing.T) {
 // ways to grow its WAL and read its size.
 type walStore struct {
 	t    *testing.T
-	d    *db.DB
+	d    *sqlite.DB
 	path string
 }
 
@@ -541,7 +541,7 @@ func newWALStore(t *testing.T) *walStore {
 func (w *walStore) write(q string) {
 	w.t.Helper()
 	ctx := context.Background()
-	if err := w.d.Write(ctx, func(tx *db.Tx) error {
+	if err := w.d.Write(ctx, func(tx *sqlite.Tx) error {
 		_, err := tx.ExecContext(ctx, q)
 		return err
 	}); err != nil {
@@ -629,7 +629,7 @@ func TestTrimWAL(t *testing.T) {
 		t.Errorf("%d rows after the trim, want 410", got)
 	}
 	// A fresh pool (a new process) sees every row.
-	d2, err := db.Open(ctx, path)
+	d2, err := sqlite.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,11 +683,11 @@ func TestBatchRows(t *testing.T) {
 	if _, err := d.SQL.Exec(`CREATE TABLE log (n INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL, src TEXT)`); err != nil {
 		t.Fatal(err)
 	}
-	a := db.NewBatch(`INSERT INTO log (v, src) VALUES `, 2)
-	b := db.NewBatch(`INSERT INTO log (v) VALUES `, 1)
+	a := sqlite.NewBatch(`INSERT INTO log (v, src) VALUES `, 2)
+	b := sqlite.NewBatch(`INSERT INTO log (v) VALUES `, 1)
 	var want []string
-	err := d.Write(ctx, func(tx *db.Tx) error {
-		add := func(bt *db.Batch, v string) {
+	err := d.Write(ctx, func(tx *sqlite.Tx) error {
+		add := func(bt *sqlite.Batch, v string) {
 			t.Helper()
 			vals := []any{v}
 			if bt == a {
@@ -720,7 +720,7 @@ func TestBatchRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Write(ctx, func(tx *db.Tx) error {
+	if err := d.Write(ctx, func(tx *sqlite.Tx) error {
 		if err := tx.Add(a, "never", "a"); err != nil {
 			return err
 		}
@@ -728,7 +728,7 @@ func TestBatchRows(t *testing.T) {
 	}); err == nil {
 		t.Fatal("the failing transaction reported no error")
 	}
-	if err := d.Write(ctx, func(tx *db.Tx) error { return tx.Add(a, "one value") }); err == nil {
+	if err := d.Write(ctx, func(tx *sqlite.Tx) error { return tx.Add(a, "one value") }); err == nil {
 		t.Fatal("a row with too few values was accepted")
 	}
 	rows, err := d.SQL.Query(`SELECT n, v FROM log ORDER BY n`)
@@ -769,7 +769,7 @@ func TestExecMany(t *testing.T) {
 	if _, err := d.SQL.Exec(`CREATE TABLE kv (n INTEGER PRIMARY KEY AUTOINCREMENT, k TEXT NOT NULL UNIQUE, v INTEGER, note TEXT)`); err != nil {
 		t.Fatal(err)
 	}
-	err := d.Write(ctx, func(tx *db.Tx) error {
+	err := d.Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.ExecMany(ctx, `INSERT INTO kv (k, v, note) VALUES (?, ?, ?), (?, ?, ?), (?, ?, ?)`,
 			"a", 1, nil, "b", int64(2), "two", "c", 3, "")
 		if err != nil {
@@ -823,10 +823,10 @@ func TestBackgroundCheckpoints(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	commitBlobs := func(d *db.DB, n int) {
+	commitBlobs := func(d *sqlite.DB, n int) {
 		t.Helper()
 		for i := range n {
-			if err := d.Write(ctx, func(tx *db.Tx) error {
+			if err := d.Write(ctx, func(tx *sqlite.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO blobs (b) VALUES (randomblob(3000))`)
 				return err
 			}); err != nil {
@@ -842,7 +842,7 @@ func TestBackgroundCheckpoints(t *testing.T) {
 		}
 		return fi.Size()
 	}
-	setup := func(name string) (*db.DB, string, int64) {
+	setup := func(name string) (*sqlite.DB, string, int64) {
 		t.Helper()
 		path := filepath.Join(dir, name)
 		d := open(t, path)
@@ -881,7 +881,7 @@ func TestBackgroundCheckpoints(t *testing.T) {
 func TestChangeWatch(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cq.db")
-	d, err := db.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -899,7 +899,7 @@ func TestChangeWatch(t *testing.T) {
 	}
 	want("first call", true)
 	want("nothing committed", false)
-	if err := d.Write(context.Background(), func(tx *db.Tx) error {
+	if err := d.Write(context.Background(), func(tx *sqlite.Tx) error {
 		_, err := tx.ExecContext(context.Background(), `INSERT INTO system_state (key, value, updated_at) VALUES ('k', 'v', 'now')`)
 		return err
 	}); err != nil {

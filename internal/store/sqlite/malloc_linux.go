@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package db
+package sqlite
 
 /*
 #include <malloc.h>

@@ -1,4 +1,4 @@
-package db_test
+package sqlite_test
 
 import (
 	"os"

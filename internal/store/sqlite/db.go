@@ -1,7 +1,7 @@
 // Package db opens cq's store: it creates the file privately, sets the
 // pragmas, applies the embedded migrations and runs write transactions. It
 // knows nothing of tasks; internal/queue owns every statement about them.
-package db
+package sqlite
 
 import (
 	"context"

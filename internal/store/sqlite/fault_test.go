@@ -1,4 +1,4 @@
-package db_test
+package sqlite_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cq-dev/cq/internal/db"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/mattn/go-sqlite3"
 )
 
@@ -25,28 +25,28 @@ func TestExplain(t *testing.T) {
 		kind error // nil: unchanged
 		says string
 	}{
-		{"full", sqlite3.Error{Code: sqlite3.ErrFull}, db.ErrFull, "no space left on the device holding the store " + path},
-		{"full wrapped", fmt.Errorf("insert: %w", sqlite3.Error{Code: sqlite3.ErrFull}), db.ErrFull, "no space left"},
-		{"ENOSPC from a write", sqlite3.Error{Code: sqlite3.ErrIoErr, SystemErrno: syscall.ENOSPC}, db.ErrFull, "no space left"},
-		{"ENOSPC from its file", fmt.Errorf("open: %w", &fs.PathError{Op: "open", Path: path, Err: syscall.ENOSPC}), db.ErrFull, "no space left"},
+		{"full", sqlite3.Error{Code: sqlite3.ErrFull}, sqlite.ErrFull, "no space left on the device holding the store " + path},
+		{"full wrapped", fmt.Errorf("insert: %w", sqlite3.Error{Code: sqlite3.ErrFull}), sqlite.ErrFull, "no space left"},
+		{"ENOSPC from a write", sqlite3.Error{Code: sqlite3.ErrIoErr, SystemErrno: syscall.ENOSPC}, sqlite.ErrFull, "no space left"},
+		{"ENOSPC from its file", fmt.Errorf("open: %w", &fs.PathError{Op: "open", Path: path, Err: syscall.ENOSPC}), sqlite.ErrFull, "no space left"},
 		// Not the store's: a full disk under stdout, say.
 		{"ENOSPC from another file", &fs.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}, nil, ""},
 		{"ENOSPC alone", fmt.Errorf("write: %w", syscall.ENOSPC), nil, ""},
-		{"read-only", sqlite3.Error{Code: sqlite3.ErrReadonly, ExtendedCode: sqlite3.ErrReadonlyCantLock}, db.ErrReadOnly, "the store " + path + " is read-only: cannot write to it"},
+		{"read-only", sqlite3.Error{Code: sqlite3.ErrReadonly, ExtendedCode: sqlite3.ErrReadonlyCantLock}, sqlite.ErrReadOnly, "the store " + path + " is read-only: cannot write to it"},
 		{"busy", sqlite3.Error{Code: sqlite3.ErrBusy}, nil, ""},
 		{"constraint", sqlite3.Error{Code: sqlite3.ErrConstraint}, nil, ""},
 		// The folder is writable: a file it cannot open is no read-only store.
 		{"cannot open", sqlite3.Error{Code: sqlite3.ErrCantOpen}, nil, ""},
 	}
 	for _, c := range cases {
-		got := db.Explain(path, c.err)
+		got := sqlite.Explain(path, c.err)
 		if c.kind == nil {
 			if !errors.Is(got, c.err) || got.Error() != c.err.Error() {
 				t.Errorf("%s: Explain gave %v, want the error unchanged", c.name, got)
 			}
 			continue
 		}
-		var fe *db.FaultError
+		var fe *sqlite.FaultError
 		if !errors.Is(got, c.kind) || !errors.As(got, &fe) || fe.Path != path || !strings.Contains(got.Error(), c.says) {
 			t.Errorf("%s: Explain gave %q, want %v saying %q", c.name, got, c.kind, c.says)
 		}
@@ -54,7 +54,7 @@ func TestExplain(t *testing.T) {
 			t.Errorf("%s: Explain lost the driver's error", c.name)
 		}
 	}
-	if db.Explain(path, nil) != nil {
+	if sqlite.Explain(path, nil) != nil {
 		t.Error("Explain(nil) is not nil")
 	}
 }
