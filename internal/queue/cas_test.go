@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -63,7 +64,7 @@ func (e *casEnv) claim() *Claimed {
 
 func (e *casEnv) taskRow(id string) *taskRow {
 	e.t.Helper()
-	t, err := getTask(e.ctx, e.st.DB.SQL, id)
+	t, err := getTask(e.ctx, e.st.DB, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.lostCAS("is blocked, not todo", func(tx *sqlite.Tx, now time.Time) error {
-			return casTask(e.ctx, tx, now, stale, TaskCancelled, "", "stale", `reason = ?`, "stale")
+			return casTask(e.ctx, tx, now, stale, TaskCancelled, "", "stale", store.TaskUpdate{Set: store.SetReason, Reason: "stale"})
 		})
 	})
 
@@ -147,7 +148,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.lostCAS("changed state meanwhile", func(tx *sqlite.Tx, now time.Time) error {
-			return casSame(e.ctx, tx, now, stale, "task.held", "stale", `hold = 1`)
+			return casSame(e.ctx, tx, now, stale, "task.held", "stale", store.TaskUpdate{Set: store.SetHold, Hold: true})
 		})
 	})
 

@@ -277,14 +277,13 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	}
 
 	if sp.Unique {
-		var other, state string
-		err := tx.QueryRowContext(ctx, sqlKeyHolder, sp.Key, sp.ID).Scan(&other, &state)
-		if err == nil {
-			return Created{}, &Error{Kind: Conflict, Existing: other, ExistingState: state,
-				Msg: fmt.Sprintf("key %q is held by task %s (--unique)", sp.Key, other)}
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		h, err := tx.TaskKeyHolder(ctx, sp.Key, sp.ID)
+		if err != nil {
 			return Created{}, err
+		}
+		if h != nil {
+			return Created{}, &Error{Kind: Conflict, Existing: h.ID, ExistingState: h.State,
+				Msg: fmt.Sprintf("key %q is held by task %s (--unique)", sp.Key, h.ID)}
 		}
 	}
 

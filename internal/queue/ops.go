@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -201,23 +202,29 @@ func holdTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, rea
 		if t.Hold {
 			return nil
 		}
-		return casSame(ctx, tx, now, t, "task.held", reason, `hold = 1, blocked_reason = CASE WHEN state = 'blocked' THEN 'hold' ELSE blocked_reason END, reason = ?`, nullable(reason))
+		u := store.TaskUpdate{Set: store.SetHold | store.SetReason, Hold: true, Reason: reason}
+		if t.State == TaskBlocked {
+			u.Set |= store.SetBlockedReason
+			u.BlockedReason = BlockedHold
+		}
+		return casSame(ctx, tx, now, t, "task.held", reason, u)
 	case TaskTodo:
-		return casTask(ctx, tx, now, t, TaskBlocked, "task.held", reason, `hold = 1, blocked_reason = 'hold', todo_at = NULL, reason = ?`, nullable(reason))
+		return casTask(ctx, tx, now, t, TaskBlocked, "task.held", reason, store.TaskUpdate{
+			Set:  store.SetHold | store.SetBlockedReason | store.SetTodoAt | store.SetReason,
+			Hold: true, BlockedReason: BlockedHold, Reason: reason})
 	}
 	return refused(t, "hold")
 }
 
 // casSame changes a task's fields without changing its state, guarded by
 // the state it was read in, and records the event (from = to).
-func casSame(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, kind, reason, set string, args ...any) error {
-	all := append([]any{FormatTime(now)}, args...)
-	all = append(all, t.ID, t.State)
-	res, err := tx.ExecContext(ctx, `UPDATE tasks SET updated_at = ?, `+set+` WHERE id = ? AND state = ?`, all...)
+func casSame(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, kind, reason string, u store.TaskUpdate) error {
+	u.ID, u.From, u.To, u.At = t.ID, t.State, t.State, FormatTime(now)
+	ok, err := tx.TaskUpdate(ctx, u)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if !ok {
 		return conflictf("task %s changed state meanwhile; try again", t.ID)
 	}
 	return addEvent(ctx, tx, now, event{Kind: kind, TaskID: t.ID, From: t.State, To: t.State, Reason: reason})
@@ -239,14 +246,16 @@ func releaseTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, 
 		return refused(t, "release")
 	}
 	if t.State == TaskInbox {
-		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, reason = ?`, nullable(reason))
+		return casSame(ctx, tx, now, t, "task.released", reason, store.TaskUpdate{Set: store.SetHold | store.SetReason, Reason: reason})
 	}
 	br := blockedReason(false, t.DepsLeft, t.NotBefore, t.NotBeforeWhy, now)
 	if br != "" {
-		return casSame(ctx, tx, now, t, "task.released", reason, `hold = 0, blocked_reason = ?, reason = ?`, br, nullable(reason))
+		return casSame(ctx, tx, now, t, "task.released", reason, store.TaskUpdate{
+			Set: store.SetHold | store.SetBlockedReason | store.SetReason, BlockedReason: br, Reason: reason})
 	}
-	return casTask(ctx, tx, now, t, TaskTodo, "task.released", reason,
-		`hold = 0, blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0, reason = ?`, FormatTime(now), nullable(reason))
+	return casTask(ctx, tx, now, t, TaskTodo, "task.released", reason, store.TaskUpdate{
+		Set:    store.SetHold | store.SetBlockedReason | store.SetNotBefore | store.SetTodoAt | store.ClearWarned | store.SetReason,
+		TodoAt: FormatTime(now), Reason: reason})
 }
 
 // Retry gives a task fresh retry budgets and: failed or cancelled → todo
@@ -267,13 +276,12 @@ func retryTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, re
 			return conflictf("cannot retry task %s: %s", t.ID, why)
 		}
 		if t.Unique {
-			var other, state string
-			err := tx.QueryRowContext(ctx, sqlKeyHolder, t.Key, t.ID).Scan(&other, &state)
-			if err == nil {
-				return &Error{Kind: Conflict, Existing: other, ExistingState: state, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, other)}
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
+			h, err := tx.TaskKeyHolder(ctx, t.Key, t.ID)
+			if err != nil {
 				return err
+			}
+			if h != nil {
+				return &Error{Kind: Conflict, Existing: h.ID, ExistingState: h.State, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, h.ID)}
 			}
 		}
 		var left int
@@ -298,9 +306,9 @@ func retryTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, re
 		if reason == "" {
 			reason = "retried by user"
 		}
-		return casTask(ctx, tx, now, t, TaskTodo, "", reason,
-			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0,
-			fails_other = 0, fails_transient = 0, fails_timeout = 0`, FormatTime(now))
+		return casTask(ctx, tx, now, t, TaskTodo, "", reason, store.TaskUpdate{
+			Set:    store.SetBlockedReason | store.SetNotBefore | store.SetTodoAt | store.ClearWarned | store.ResetFails,
+			TodoAt: FormatTime(now)})
 	}
 	return refused(t, "retry")
 }

@@ -91,7 +91,7 @@ func strp(s string) *string {
 	return &s
 }
 
-func (r *taskRow) view() *Task {
+func taskView(r *taskRow) *Task {
 	var sp Spec
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	t := &Task{
@@ -173,7 +173,7 @@ func (s *Store) ListEach(ctx context.Context, f ListFilter, fn func(*Task) error
 		if err != nil {
 			return err
 		}
-		t := r.view()
+		t := taskView(r)
 		chunk = append(chunk, t)
 		byID[t.ID] = t
 		if len(chunk) == listChunk {
@@ -325,7 +325,7 @@ func (s *Store) listByState(ctx context.Context, f ListFilter) ([]*Task, error) 
 		if err != nil {
 			return nil, err
 		}
-		t := r.view()
+		t := taskView(r)
 		out = append(out, t)
 		byID[t.ID] = t
 	}
@@ -373,11 +373,11 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := getTask(ctx, s.DB.SQL, id)
+	r, err := getTask(ctx, s.DB, id)
 	if err != nil {
 		return nil, err
 	}
-	t := r.view()
+	t := taskView(r)
 	if err := s.fillAfter(ctx, map[string]*Task{t.ID: t}); err != nil {
 		return nil, err
 	}
@@ -585,8 +585,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 // with the reason why(t), and returns how many moved.
 func promote(ctx context.Context, tx *sqlite.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
 	for i, t := range ts {
-		if err := casTask(ctx, tx, now, t, TaskTodo, "", why(t),
-			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+		if err := casTask(ctx, tx, now, t, TaskTodo, "", why(t), todoNow(now)); err != nil {
 			return i, err
 		}
 	}

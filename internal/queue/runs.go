@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -54,31 +55,17 @@ type Claimed struct {
 }
 
 // queueRow is a queues row's settings.
-type queueRow struct {
-	Name             string
-	Paused           bool
-	Concurrency      int
-	Retries          int
-	BackoffMS        int64
-	TransientRetries int
-	TimeoutRetries   int
-	TimeoutMS        int64
-	StartTimeoutMS   int64
-	WarnAfterMS      int64
-}
+type queueRow = store.Queue
 
-const queueCols = `name, paused, concurrency, retries, backoff_ms, transient_retries, timeout_retries, timeout_ms, start_timeout_ms, warn_after_ms`
+// queueCols and scanQueue read a queueRow in the statements not yet moved
+// into the backend.
+const queueCols = sqlite.QueueCols
 
-func scanQueue(sc interface{ Scan(...any) error }) (*queueRow, error) {
-	var q queueRow
-	err := sc.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS)
-	return &q, err
-}
+var scanQueue = sqlite.ScanQueue
 
-func getQueue(ctx context.Context, q querier, name string) (*queueRow, error) {
-	row, err := scanQueue(q.QueryRowContext(ctx, `SELECT `+queueCols+` FROM queues WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
+func getQueue(ctx context.Context, q store.Reader, name string) (*queueRow, error) {
+	row, err := q.QueueGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		// A queue always has a row once a task names it; defaults otherwise.
 		return &queueRow{Name: name, Retries: 0, BackoffMS: 30000, TransientRetries: 3, TimeoutRetries: 1,
 			StartTimeoutMS: 600000, WarnAfterMS: 600000}, nil
@@ -1034,7 +1021,8 @@ func endRun(ctx context.Context, tx *sqlite.Tx, now time.Time, r *runRow, o Outc
 	case o.State == RunSucceeded:
 		return TaskDone, finishTask(ctx, tx, now, t, TaskDone, "")
 	case o.State == RunCancelled && reason == "released":
-		err := casTask(ctx, tx, now, t, TaskTodo, "", "released", `todo_at = ?, warned = 0`, FormatTime(now))
+		err := casTask(ctx, tx, now, t, TaskTodo, "", "released", store.TaskUpdate{
+			Set: store.SetTodoAt | store.ClearWarned, TodoAt: FormatTime(now)})
 		return TaskTodo, err
 	case wasCancelling || o.State == RunCancelled:
 		return TaskCancelled, cancelTask(ctx, tx, now, t, "cancelled by user")
@@ -1051,33 +1039,34 @@ func endRun(ctx context.Context, tx *sqlite.Tx, now time.Time, r *runRow, o Outc
 	if err != nil {
 		return "", err
 	}
-	budget, spent, col := 0, 0, ""
+	budget, spent, spend := 0, 0, false
 	switch class {
 	case ClassOther:
 		var sp Spec
 		_ = json.Unmarshal([]byte(t.Spec), &sp)
-		budget, spent, col = q.Retries, t.FailsOther, "fails_other"
+		budget, spent, spend = q.Retries, t.FailsOther, true
 		if sp.Retries != nil {
 			budget = *sp.Retries
 		}
 	case ClassTransient:
-		budget, spent, col = q.TransientRetries, t.FailsTransient, "fails_transient"
+		budget, spent, spend = q.TransientRetries, t.FailsTransient, true
 	case ClassTimeout:
-		budget, spent, col = q.TimeoutRetries, t.FailsTimeout, "fails_timeout"
+		budget, spent, spend = q.TimeoutRetries, t.FailsTimeout, true
 	}
 	why := describe(o)
-	if col != "" && spent < budget {
+	if spend && spent < budget {
 		nb := now.Add(Backoff(class, spent+1, time.Duration(q.BackoffMS)*time.Millisecond))
-		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why,
-			col+` = `+col+` + 1, blocked_reason = 'retry', not_before = ?, not_before_why = 'retry', reason = ?`,
-			FormatTime(nb), "retry after "+why)
+		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why, store.TaskUpdate{
+			Set:           store.SpendFail | store.SetBlockedReason | store.SetNotBefore | store.SetReason,
+			FailClass:     class,
+			BlockedReason: BlockedRetry, NotBefore: FormatTime(nb), NotBeforeWhy: BlockedRetry, Reason: "retry after " + why})
 		return TaskBlocked, err
 	}
-	set := ""
-	if col != "" {
-		set = col + ` = ` + col + ` + 1`
+	u := store.TaskUpdate{}
+	if spend {
+		u.Set, u.FailClass = store.SpendFail, class
 	}
-	return TaskFailed, finishTaskSet(ctx, tx, now, t, TaskFailed, why, set)
+	return TaskFailed, finishTaskSet(ctx, tx, now, t, TaskFailed, why, u)
 }
 
 // describe says in a few words why a run failed, for the task's reason.
@@ -1118,15 +1107,13 @@ func Backoff(class string, n int, base time.Duration) time.Duration {
 // finishTask ends a doing task done or failed, hands its lane on, and
 // tells its dependents.
 func finishTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, reason string) error {
-	return finishTaskSet(ctx, tx, now, t, to, reason, "")
+	return finishTaskSet(ctx, tx, now, t, to, reason, store.TaskUpdate{})
 }
 
-func finishTaskSet(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, reason, set string) error {
-	s := `lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`
-	if set != "" {
-		s += ", " + set
-	}
-	if err := casTask(ctx, tx, now, t, to, "", reason, s, FormatTime(now), nullable(reason)); err != nil {
+func finishTaskSet(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, to, reason string, u store.TaskUpdate) error {
+	u.Set |= store.SetLaneHead | store.SetBlockedReason | store.SetFinishedAt | store.SetReason
+	u.FinishedAt, u.Reason = FormatTime(now), reason
+	if err := casTask(ctx, tx, now, t, to, "", reason, u); err != nil {
 		return err
 	}
 	if t.LaneHead {
@@ -1142,48 +1129,20 @@ func finishTaskSet(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow
 
 // releaseDependents counts a finished dependency off its dependents and
 // moves those that nothing blocks any more from blocked to todo.
-func releaseDependents(ctx context.Context, tx *sqlite.Tx, now time.Time, dep string) error {
-	// Most tasks have no dependents: one index probe settles it, where the
-	// UPDATE below would build a temporary table for its IN list.
-	var one int
-	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM task_deps WHERE dep_id = ? LIMIT 1`, dep).Scan(&one); {
-	case errors.Is(err, sql.ErrNoRows):
-		return nil
-	case err != nil:
-		return err
-	}
-	// +state: the dependents are found by id (see sqlDeleteTasks).
-	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
-		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND +state IN ('inbox','blocked')`, dep); err != nil {
-		return err
-	}
-	rows, err := tx.QueryContext(ctx, sqlReadyDependents, dep)
+func releaseDependents(ctx context.Context, tx store.Tx, now time.Time, dep string) error {
+	ready, err := tx.TaskDependencyDone(ctx, dep)
 	if err != nil {
-		return err
-	}
-	var ready []*taskRow
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		ready = append(ready, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, t := range ready {
 		br := blockedReason(t.Hold, 0, t.NotBefore, t.NotBeforeWhy, now)
 		if br != "" {
-			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET blocked_reason = ? WHERE id = ? AND state = 'blocked'`, br, t.ID); err != nil {
+			if err := tx.TaskSetBlockedReason(ctx, t.ID, br); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := casTask(ctx, tx, now, t, TaskTodo, "", "dependencies done",
-			`blocked_reason = NULL, not_before = NULL, not_before_why = NULL, todo_at = ?, warned = 0`, FormatTime(now)); err != nil {
+		if err := casTask(ctx, tx, now, t, TaskTodo, "", "dependencies done", todoNow(now)); err != nil {
 			return err
 		}
 	}

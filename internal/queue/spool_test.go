@@ -12,9 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gofrs/flock"
+
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
-	"github.com/gofrs/flock"
 )
 
 // rejectedEntry is one line of queue.rejected.jsonl (docs/operations.md, The spool).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -57,50 +58,17 @@ type querier interface {
 }
 
 // taskRow is a tasks row as stored.
-type taskRow struct {
-	ID             string
-	State          string
-	Queue          string
-	Key            string
-	Priority       int
-	Seq            int64
-	LaneHead       bool
-	Spec           string
-	Unique         bool
-	Hold           bool
-	DepsLeft       int
-	NotBefore      string
-	NotBeforeWhy   string
-	BlockedReason  string
-	Reason         string
-	Attempts       int
-	FailsOther     int
-	FailsTransient int
-	FailsTimeout   int
-	TodoAt         string
-	CreatedAt      string
-	UpdatedAt      string
-	FinishedAt     string
-}
+type taskRow = store.Task
 
-const taskCols = `id, state, queue, COALESCE(key,''), priority, COALESCE(seq,0), lane_head, spec, is_unique, hold,
-	deps_left, COALESCE(not_before,''), COALESCE(not_before_why,''), COALESCE(blocked_reason,''), COALESCE(reason,''),
-	attempts, fails_other, fails_transient, fails_timeout, COALESCE(todo_at,''), created_at, updated_at, COALESCE(finished_at,'')`
+// taskCols and scanTask read a taskRow in the statements not yet moved
+// into the backend.
+const taskCols = sqlite.TaskCols
 
-func scanTask(sc interface{ Scan(...any) error }) (*taskRow, error) {
-	var t taskRow
-	err := sc.Scan(&t.ID, &t.State, &t.Queue, &t.Key, &t.Priority, &t.Seq, &t.LaneHead, &t.Spec, &t.Unique, &t.Hold,
-		&t.DepsLeft, &t.NotBefore, &t.NotBeforeWhy, &t.BlockedReason, &t.Reason,
-		&t.Attempts, &t.FailsOther, &t.FailsTransient, &t.FailsTimeout, &t.TodoAt, &t.CreatedAt, &t.UpdatedAt, &t.FinishedAt)
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
+var scanTask = sqlite.ScanTask
 
-func getTask(ctx context.Context, q querier, id string) (*taskRow, error) {
-	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
+func getTask(ctx context.Context, q store.Reader, id string) (*taskRow, error) {
+	t, err := q.TaskGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFoundf("no task %q", id)
 	}
 	return t, err
@@ -133,14 +101,8 @@ func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time
 
 // nextSeq is the seq the next event will get; a task entering its lane
 // takes it as its place, so lane order is gateway order.
-func nextSeq(ctx context.Context, tx *sqlite.Tx) (int64, error) {
-	// The events still pending take their seqs first.
-	if err := tx.Flush(); err != nil {
-		return 0, err
-	}
-	var seq int64
-	err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1`).Scan(&seq)
-	return seq, err
+func nextSeq(ctx context.Context, tx store.Tx) (int64, error) {
+	return tx.EventNextSeq(ctx)
 }
 
 // event is one row of the event log.
@@ -149,16 +111,11 @@ type event struct {
 	Data                                  any
 }
 
-// eventRows is the INSERT of the events a transaction writes: they go in
-// with one statement when it commits (see sqlite.Batch), in the order they
-// were added, so their seqs follow that order as before.
-var eventRows = sqlite.NewBatch(`INSERT INTO events (at, kind, task_id, run_id, from_state, to_state, reason, data) VALUES `, 8)
-
 // rawJSON is event data already encoded.
 type rawJSON string
 
-func addEvent(_ context.Context, tx *sqlite.Tx, now time.Time, e event) error {
-	var data any
+func addEvent(ctx context.Context, tx store.Tx, now time.Time, e event) error {
+	var data string
 	if r, ok := e.Data.(rawJSON); ok {
 		data = string(r)
 	} else if e.Data != nil {
@@ -168,81 +125,39 @@ func addEvent(_ context.Context, tx *sqlite.Tx, now time.Time, e event) error {
 		}
 		data = string(b)
 	}
-	return tx.Add(eventRows, FormatTime(now), e.Kind, nullable(e.TaskID), nullable(e.RunID), nullable(e.From), nullable(e.To), nullable(e.Reason), data)
+	return tx.EventAdd(ctx, store.Event{At: FormatTime(now), Kind: e.Kind, TaskID: e.TaskID, RunID: e.RunID,
+		From: e.From, To: e.To, Reason: e.Reason, Data: data})
 }
 
 // laneIsFree reports whether no live task holds key's lane, so a task
 // entering it becomes its head.
-func laneIsFree(ctx context.Context, tx *sqlite.Tx, key, exceptID string) (bool, error) {
+func laneIsFree(ctx context.Context, tx store.Tx, key, exceptID string) (bool, error) {
 	if key == "" {
 		return true, nil
 	}
-	var one int
-	err := tx.QueryRowContext(ctx, sqlLaneHeld, key, exceptID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return true, nil
-	}
-	return false, err
+	held, err := tx.TaskLaneHeld(ctx, key, exceptID)
+	return !held, err
 }
 
 // advanceLane hands key's lane to its next task after its head left it.
-func advanceLane(ctx context.Context, tx *sqlite.Tx, key string) error {
+func advanceLane(ctx context.Context, tx store.Tx, key string) error {
 	if key == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, sqlAdvanceLane, key)
-	return err
+	return tx.TaskLaneAdvance(ctx, key)
 }
 
-// laneStates and keyLiveStates are the conditions of the partial indexes
-// tasks_lane and tasks_key_live, word for word (schema.sql, migration 5):
-// a query that repeats one may read its index.
-const (
-	laneStates    = `(state = 'todo' OR state = 'blocked' OR state = 'doing')`
-	keyLiveStates = `(state = 'inbox' OR state = 'todo' OR state = 'blocked' OR state = 'doing')`
-	// sqlKeyHolder finds a live task of a key other than the given id
-	// (--unique).
-	sqlKeyHolder = `SELECT id, state FROM tasks WHERE key = ? AND id != ? AND ` + keyLiveStates + ` LIMIT 1`
-)
-
-// Statements whose bound id or key is written CAST(? AS TEXT), the same
-// value for the text bound to it. With a bare ? SQLite's planner marks
-// the parameter as one whose value may change the plan, and the driver
-// clears the bindings before each use of a cached statement, which
-// expires such a statement: it was prepared again every time it ran, at
-// many times what running it costs (docs/performance.md).
-const (
-	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` AND id != ? LIMIT 1`
-	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1
-		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` ORDER BY seq LIMIT 1)
-		AND lane_head = 0`
-	// sqlDeadDependency finds a dependency that ended failed or
-	// cancelled, still stored or deleted since by cleanup (dep_end).
-	sqlDeadDependency = `SELECT d.dep_id, COALESCE(t.state, d.dep_end) FROM task_deps d LEFT JOIN tasks t ON t.id = d.dep_id
-		WHERE d.task_id = CAST(? AS TEXT) AND (t.state IN ('failed','cancelled') OR (t.id IS NULL AND d.dep_end IN ('failed','cancelled')))
-		ORDER BY d.pos LIMIT 1`
-	sqlWaitingDependents = `SELECT ` + taskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id
-		WHERE d.dep_id = CAST(? AS TEXT) AND t.state IN ('inbox','todo','blocked')`
-	sqlReadyDependents = `SELECT ` + taskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id
-		WHERE d.dep_id = CAST(? AS TEXT) AND t.state = 'blocked' AND t.deps_left = 0`
-)
-
-// casTask moves a task from one state to another and records the event;
-// set lists extra assignments. A lost CAS returns a conflict naming the
-// state the task is in now.
-func casTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, kind, reason string, set string, args ...any) error {
-	q := `UPDATE tasks SET state = ?, updated_at = ?`
-	if set != "" {
-		q += `, ` + set
-	}
-	q += ` WHERE id = ? AND state = ?`
-	all := append([]any{to, FormatTime(now)}, args...)
-	all = append(all, t.ID, t.State)
-	res, err := tx.ExecContext(ctx, q, all...)
+// casTask moves a task from one state to another, writing the fields u
+// sets (its ID, From, To and At are filled in here), and records the
+// event. A lost CAS returns a conflict naming the state the task is in
+// now.
+func casTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, to, kind, reason string, u store.TaskUpdate) error {
+	u.ID, u.From, u.To, u.At = t.ID, t.State, to, FormatTime(now)
+	ok, err := tx.TaskUpdate(ctx, u)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if !ok {
 		cur, err := getTask(ctx, tx, t.ID)
 		if err != nil {
 			return err
@@ -255,12 +170,18 @@ func casTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, to, 
 	return addEvent(ctx, tx, now, event{Kind: kind, TaskID: t.ID, From: t.State, To: to, Reason: reason})
 }
 
+// todoNow is the update of a blocked task that nothing blocks any more:
+// todo from now.
+func todoNow(now time.Time) store.TaskUpdate {
+	return store.TaskUpdate{Set: store.SetBlockedReason | store.SetNotBefore | store.SetTodoAt | store.ClearWarned, TodoAt: FormatTime(now)}
+}
+
 // enterLane moves a task into todo or blocked (from inbox at the gateway,
 // or from failed/cancelled on cq retry): it takes the next seq, which puts
 // it at the back of its key lane, and becomes the lane's head if the lane
 // is free. If a dependency already ended failed or cancelled it is
 // cancelled instead.
-func enterLane(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
+func enterLane(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string, mayHaveDeps bool) (string, error) {
 	if mayHaveDeps {
 		if dead, why, err := deadDependency(ctx, tx, t.ID); err != nil {
 			return "", err
@@ -281,25 +202,21 @@ func enterLane(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, re
 	if err != nil {
 		return "", err
 	}
-	todoAt := any(nil)
+	todoAt := ""
 	if to == TaskTodo {
 		todoAt = FormatTime(now)
 	}
-	err = casTask(ctx, tx, now, t, to, "", reason,
-		`seq = ?, lane_head = ?, blocked_reason = ?, todo_at = ?, warned = 0, finished_at = NULL, reason = ?`,
-		seq, free, nullable(br), todoAt, nullable(reason))
+	err = casTask(ctx, tx, now, t, to, "", reason, store.TaskUpdate{
+		Set: store.SetSeq | store.SetLaneHead | store.SetBlockedReason | store.SetTodoAt | store.ClearWarned | store.SetFinishedAt | store.SetReason,
+		Seq: seq, LaneHead: free, BlockedReason: br, TodoAt: todoAt, Reason: reason})
 	return to, err
 }
 
 // deadDependency returns a dependency of id that ended failed or
 // cancelled, with the reason a dependent is cancelled for it.
-func deadDependency(ctx context.Context, tx *sqlite.Tx, id string) (string, string, error) {
-	var dep, state string
-	err := tx.QueryRowContext(ctx, sqlDeadDependency, id).Scan(&dep, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", nil
-	}
-	if err != nil {
+func deadDependency(ctx context.Context, tx store.Tx, id string) (string, string, error) {
+	dep, state, err := tx.TaskDeadDependency(ctx, id)
+	if err != nil || dep == "" {
 		return "", "", err
 	}
 	return dep, "dependency " + dep + " " + state, nil
@@ -308,10 +225,11 @@ func deadDependency(ctx context.Context, tx *sqlite.Tx, id string) (string, stri
 // cancelTask ends a task that is not running (inbox, todo, blocked; or
 // doing whose run is being cancelled) as cancelled, hands its lane on, and
 // cancels its dependents, transitively.
-func cancelTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
+func cancelTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string) error {
 	wasInLane := t.State == TaskTodo || t.State == TaskBlocked || t.State == TaskDoing
-	err := casTask(ctx, tx, now, t, TaskCancelled, "", reason,
-		`lane_head = 0, blocked_reason = NULL, finished_at = ?, reason = ?`, FormatTime(now), nullable(reason))
+	err := casTask(ctx, tx, now, t, TaskCancelled, "", reason, store.TaskUpdate{
+		Set:        store.SetLaneHead | store.SetBlockedReason | store.SetFinishedAt | store.SetReason,
+		FinishedAt: FormatTime(now), Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -324,22 +242,9 @@ func cancelTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, r
 }
 
 // cancelDependents cancels every task still waiting on dep.
-func cancelDependents(ctx context.Context, tx *sqlite.Tx, now time.Time, dep, reason string) error {
-	rows, err := tx.QueryContext(ctx, sqlWaitingDependents, dep)
+func cancelDependents(ctx context.Context, tx store.Tx, now time.Time, dep, reason string) error {
+	deps, err := tx.TaskDependentsWaiting(ctx, dep)
 	if err != nil {
-		return err
-	}
-	var deps []*taskRow
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		deps = append(deps, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, t := range deps {
@@ -361,8 +266,6 @@ func cancelDependents(ctx context.Context, tx *sqlite.Tx, now time.Time, dep, re
 }
 
 // ensureQueue records that a queue exists, with default settings.
-func ensureQueue(ctx context.Context, tx *sqlite.Tx, now time.Time, name string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO queues (name, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		name, FormatTime(now), FormatTime(now))
-	return err
+func ensureQueue(ctx context.Context, tx store.Tx, now time.Time, name string) error {
+	return tx.QueueEnsure(ctx, name, FormatTime(now))
 }

@@ -20,12 +20,13 @@ import (
 
 	cq "github.com/cq-dev/cq"
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/mattn/go-sqlite3"
 )
 
 // ErrFutureSchema means the database was written by a newer cq; it is
 // refused and left untouched.
-var ErrFutureSchema = errors.New("database schema is newer than this cq")
+var ErrFutureSchema = store.ErrFutureSchema
 
 // ErrNotCq means the database file belongs to another application; it is
 // left untouched.
@@ -35,12 +36,14 @@ var ErrNotCq = errors.New("not a cq store")
 const busyTimeout = 30 * time.Second
 
 // ErrUnsupported means the URL names a backend this build cannot use yet.
-var ErrUnsupported = errors.New("unsupported database")
+var ErrUnsupported = store.ErrUnsupported
 
 // DB is an open store. Reads go straight to SQL (autocommit, no lock);
 // writes go through Write, which serialises them inside this process so
 // that its goroutines queue on a mutex instead of SQLite's busy handler.
 type DB struct {
+	// reads are the store's reads (store.Reader) on the pool.
+	reads
 	SQL  *sql.DB
 	Path string
 	mu   sync.Mutex
@@ -148,7 +151,7 @@ func OpenRead(ctx context.Context, path string) (*DB, error) {
 	if oerr != nil {
 		return nil, err
 	}
-	ro := &DB{SQL: sqldb, Path: path}
+	ro := &DB{SQL: sqldb, Path: path, reads: reads{sqldb}}
 	v, verr := ro.checkVersion(ctx)
 	if verr != nil || v != LatestVersion() {
 		// Another application's file, a newer cq's, or an older store
@@ -190,7 +193,7 @@ func OpenPeek(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{SQL: sqldb, Path: path}
+	d := &DB{SQL: sqldb, Path: path, reads: reads{sqldb}}
 	v, err := d.checkVersion(ctx)
 	if err == nil && v != LatestVersion() {
 		err = fmt.Errorf("%s has schema version %d, not %d", path, v, LatestVersion())
@@ -245,7 +248,7 @@ func open(ctx context.Context, path string) (*DB, error) {
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
 	sqldb.SetConnMaxIdleTime(0)
-	d := &DB{SQL: sqldb, Path: path}
+	d := &DB{SQL: sqldb, Path: path, reads: reads{sqldb}}
 	// The version is read before anything is written: a database from a
 	// newer cq, or another application's, is refused untouched, even its
 	// journal mode.
@@ -465,6 +468,8 @@ func (d *DB) migrate(ctx context.Context) error {
 // begun, runs to its commit or rollback (each takes microseconds), and a
 // statement given a cancellable context costs the driver a goroutine.
 type Tx struct {
+	// reads are the store's reads (store.Reader) in this transaction.
+	reads
 	c   *sql.Conn
 	ctx context.Context
 	// Rows added with Add, not yet written, and the batch they go to (a
@@ -664,7 +669,7 @@ func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
 
 // ErrBusy is WriteWithin's answer when another connection held the write
 // lock for longer than it would wait.
-var ErrBusy = errors.New("store busy")
+var ErrBusy = store.ErrBusy
 
 // WriteWithin is Write that waits at most wait (instead of the busy
 // timeout) for another process's write lock; then it returns ErrBusy
@@ -731,6 +736,7 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 		}
 	}()
 	tx := &Tx{c: d.wconn, ctx: bg}
+	tx.reads = reads{tx}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cq-dev/cq/internal/store"
+
 	"github.com/mattn/go-sqlite3"
 	"golang.org/x/sys/unix"
 )
@@ -17,11 +19,11 @@ import (
 // ErrReadOnly means the store can be read but not written: the file, its
 // folder or its file system does not let this process write. Test it with
 // errors.Is; the error itself says where and what to check.
-var ErrReadOnly = errors.New("store is read-only")
+var ErrReadOnly = store.ErrReadOnly
 
 // ErrFull means the device holding the store has no space left for a
 // write; nothing of the failed transaction was stored.
-var ErrFull = errors.New("no space left for the store")
+var ErrFull = store.ErrFull
 
 // FaultError is a store fault a user can act on (ErrReadOnly or ErrFull),
 // said in words instead of SQLite's; it wraps the driver's error.

@@ -1,0 +1,31 @@
+package store
+
+import "context"
+
+// Queue is a queues row's settings.
+type Queue struct {
+	Name             string
+	Paused           bool
+	Concurrency      int
+	Retries          int
+	BackoffMS        int64
+	TransientRetries int
+	TimeoutRetries   int
+	TimeoutMS        int64
+	StartTimeoutMS   int64
+	WarnAfterMS      int64
+}
+
+// QueueReader reads queues.
+type QueueReader interface {
+	// QueueGet reads one queue's settings; ErrNotFound when no task or
+	// command has named it yet.
+	QueueGet(ctx context.Context, name string) (*Queue, error)
+}
+
+// QueueWriter changes queues.
+type QueueWriter interface {
+	// QueueEnsure records that a queue exists, with default settings,
+	// unless it does.
+	QueueEnsure(ctx context.Context, name, at string) error
+}

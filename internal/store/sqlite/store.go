@@ -1,0 +1,63 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/cq-dev/cq/internal/store"
+)
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+// reads implements store.Reader over the pool (DB) or a transaction (Tx).
+type reads struct{ q querier }
+
+// backend is DB as a store.Store: its Write hands the domain a store.Tx.
+type backend DB
+
+// Store returns d as the domain's store.
+func (d *DB) Store() store.Store { return (*backend)(d) }
+
+func (b *backend) Write(ctx context.Context, fn func(store.Tx) error) error {
+	return (*DB)(b).Write(ctx, func(tx *Tx) error { return fn(tx) })
+}
+
+func (b *backend) WriteWithin(ctx context.Context, wait time.Duration, fn func(store.Tx) error) error {
+	return (*DB)(b).WriteWithin(ctx, wait, func(tx *Tx) error { return fn(tx) })
+}
+
+// nullable is s, or NULL for "".
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// scanAll reads every row of rows with scan.
+func scanAll[T any](rows *sql.Rows, err error, scan func(interface{ Scan(...any) error }) (*T, error)) ([]*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+var (
+	_ store.Store = (*backend)(nil)
+	_ store.Tx    = (*Tx)(nil)
+)

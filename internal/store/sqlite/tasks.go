@@ -1,0 +1,239 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+
+	"github.com/cq-dev/cq/internal/store"
+)
+
+// TaskCols are the columns ScanTask reads, in its order.
+const TaskCols = `id, state, queue, COALESCE(key,''), priority, COALESCE(seq,0), lane_head, spec, is_unique, hold,
+	deps_left, COALESCE(not_before,''), COALESCE(not_before_why,''), COALESCE(blocked_reason,''), COALESCE(reason,''),
+	attempts, fails_other, fails_transient, fails_timeout, COALESCE(todo_at,''), created_at, updated_at, COALESCE(finished_at,'')`
+
+// ScanTask reads a row of TaskCols.
+func ScanTask(sc interface{ Scan(...any) error }) (*store.Task, error) {
+	var t store.Task
+	err := sc.Scan(&t.ID, &t.State, &t.Queue, &t.Key, &t.Priority, &t.Seq, &t.LaneHead, &t.Spec, &t.Unique, &t.Hold,
+		&t.DepsLeft, &t.NotBefore, &t.NotBeforeWhy, &t.BlockedReason, &t.Reason,
+		&t.Attempts, &t.FailsOther, &t.FailsTransient, &t.FailsTimeout, &t.TodoAt, &t.CreatedAt, &t.UpdatedAt, &t.FinishedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// laneStates and keyLiveStates are the conditions of the partial indexes
+// tasks_lane and tasks_key_live, word for word (schema.sql, migration 5):
+// a query that repeats one may read its index.
+const (
+	laneStates    = `(state = 'todo' OR state = 'blocked' OR state = 'doing')`
+	keyLiveStates = `(state = 'inbox' OR state = 'todo' OR state = 'blocked' OR state = 'doing')`
+)
+
+// Statements whose bound id or key is written CAST(? AS TEXT), the same
+// value for the text bound to it. With a bare ? SQLite's planner marks
+// the parameter as one whose value may change the plan, and the driver
+// clears the bindings before each use of a cached statement, which
+// expires such a statement: it was prepared again every time it ran, at
+// many times what running it costs (docs/performance.md).
+const (
+	sqlTaskGet     = `SELECT ` + TaskCols + ` FROM tasks WHERE id = ?`
+	sqlKeyHolder   = `SELECT id, state FROM tasks WHERE key = ? AND id != ? AND ` + keyLiveStates + ` LIMIT 1`
+	sqlLaneHeld    = `SELECT 1 FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` AND id != ? LIMIT 1`
+	sqlAdvanceLane = `UPDATE tasks SET lane_head = 1
+		WHERE id = (SELECT id FROM tasks WHERE key = CAST(? AS TEXT) AND ` + laneStates + ` ORDER BY seq LIMIT 1)
+		AND lane_head = 0`
+	// sqlDeadDependency finds a dependency that ended failed or
+	// cancelled, still stored or deleted since by cleanup (dep_end).
+	sqlDeadDependency = `SELECT d.dep_id, COALESCE(t.state, d.dep_end) FROM task_deps d LEFT JOIN tasks t ON t.id = d.dep_id
+		WHERE d.task_id = CAST(? AS TEXT) AND (t.state IN ('failed','cancelled') OR (t.id IS NULL AND d.dep_end IN ('failed','cancelled')))
+		ORDER BY d.pos LIMIT 1`
+	sqlWaitingDependents = `SELECT ` + TaskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id
+		WHERE d.dep_id = CAST(? AS TEXT) AND t.state IN ('inbox','todo','blocked')`
+	sqlReadyDependents = `SELECT ` + TaskCols + ` FROM task_deps d JOIN tasks t ON t.id = d.task_id
+		WHERE d.dep_id = CAST(? AS TEXT) AND t.state = 'blocked' AND t.deps_left = 0`
+)
+
+func (r reads) TaskGet(ctx context.Context, id string) (*store.Task, error) {
+	t, err := ScanTask(r.q.QueryRowContext(ctx, sqlTaskGet, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	return t, err
+}
+
+func (r reads) TaskLaneHeld(ctx context.Context, key, exceptID string) (bool, error) {
+	var one int
+	err := r.q.QueryRowContext(ctx, sqlLaneHeld, key, exceptID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (r reads) TaskKeyHolder(ctx context.Context, key, exceptID string) (*store.KeyHolder, error) {
+	var h store.KeyHolder
+	err := r.q.QueryRowContext(ctx, sqlKeyHolder, key, exceptID).Scan(&h.ID, &h.State)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+func (r reads) TaskDeadDependency(ctx context.Context, id string) (string, string, error) {
+	var dep, state string
+	err := r.q.QueryRowContext(ctx, sqlDeadDependency, id).Scan(&dep, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", nil
+	}
+	return dep, state, err
+}
+
+func (r reads) TaskDependentsWaiting(ctx context.Context, dep string) ([]*store.Task, error) {
+	rows, err := r.q.QueryContext(ctx, sqlWaitingDependents, dep)
+	return scanAll(rows, err, ScanTask)
+}
+
+func (t *Tx) TaskDependencyDone(ctx context.Context, dep string) ([]*store.Task, error) {
+	// Most tasks have no dependents: one index probe settles it, where the
+	// UPDATE below would build a temporary table for its IN list.
+	var one int
+	switch err := t.QueryRowContext(ctx, `SELECT 1 FROM task_deps WHERE dep_id = ? LIMIT 1`, dep).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	// +state: the dependents are found by id (see sqlDeleteTasks).
+	if _, err := t.ExecContext(ctx, `UPDATE tasks SET deps_left = deps_left - 1
+		WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = ?) AND deps_left > 0 AND +state IN ('inbox','blocked')`, dep); err != nil {
+		return nil, err
+	}
+	rows, err := t.QueryContext(ctx, sqlReadyDependents, dep)
+	return scanAll(rows, err, ScanTask)
+}
+
+func (t *Tx) TaskSetBlockedReason(ctx context.Context, id, reason string) error {
+	_, err := t.ExecContext(ctx, `UPDATE tasks SET blocked_reason = ? WHERE id = ? AND state = 'blocked'`, reason, id)
+	return err
+}
+
+func (t *Tx) TaskLaneAdvance(ctx context.Context, key string) error {
+	_, err := t.ExecContext(ctx, sqlAdvanceLane, key)
+	return err
+}
+
+// failClasses are the classes a TaskUpdate may spend a failure of, each
+// with its count's column.
+var failClasses = [...]struct{ class, col string }{{"other", "fails_other"}, {"transient", "fails_transient"}, {"timeout", "fails_timeout"}}
+
+// taskUpdateSQL holds the statement for each set of fields and failure
+// class a TaskUpdate writes, built on first use.
+var taskUpdateSQL [int(store.TaskFieldsAll+1) * (len(failClasses) + 1)]atomic.Pointer[string]
+
+func (t *Tx) TaskUpdate(ctx context.Context, u store.TaskUpdate) (bool, error) {
+	fc := 0
+	if u.Set&store.SpendFail != 0 {
+		for i, c := range failClasses {
+			if c.class == u.FailClass {
+				fc = i + 1
+			}
+		}
+		if fc == 0 {
+			return false, errors.New("task update spends a failure of no known class: " + u.FailClass)
+		}
+	}
+	slot := &taskUpdateSQL[int(u.Set&store.TaskFieldsAll)*(len(failClasses)+1)+fc]
+	q := slot.Load()
+	if q == nil {
+		s := taskUpdateText(u.Set, fc)
+		slot.Store(&s)
+		q = &s
+	}
+	args := make([]any, 0, 14)
+	args = append(args, u.To, u.At)
+	f := u.Set
+	if f&store.SetSeq != 0 {
+		args = append(args, u.Seq)
+	}
+	if f&store.SetLaneHead != 0 {
+		args = append(args, u.LaneHead)
+	}
+	if f&store.SetHold != 0 {
+		args = append(args, u.Hold)
+	}
+	if f&store.SetBlockedReason != 0 {
+		args = append(args, nullable(u.BlockedReason))
+	}
+	if f&store.SetNotBefore != 0 {
+		args = append(args, nullable(u.NotBefore), nullable(u.NotBeforeWhy))
+	}
+	if f&store.SetTodoAt != 0 {
+		args = append(args, nullable(u.TodoAt))
+	}
+	if f&store.SetFinishedAt != 0 {
+		args = append(args, nullable(u.FinishedAt))
+	}
+	if f&store.SetReason != 0 {
+		args = append(args, nullable(u.Reason))
+	}
+	args = append(args, u.ID, u.From)
+	res, err := t.ExecContext(ctx, *q, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// taskUpdateText is the UPDATE for the fields f and failure class fc
+// (1-based; 0 none), its placeholders in TaskUpdate's order.
+func taskUpdateText(f store.TaskFields, fc int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE tasks SET state = ?, updated_at = ?`)
+	set := func(s string) { b.WriteString(", " + s) }
+	if f&store.SetSeq != 0 {
+		set("seq = ?")
+	}
+	if f&store.SetLaneHead != 0 {
+		set("lane_head = ?")
+	}
+	if f&store.SetHold != 0 {
+		set("hold = ?")
+	}
+	if f&store.SetBlockedReason != 0 {
+		set("blocked_reason = ?")
+	}
+	if f&store.SetNotBefore != 0 {
+		set("not_before = ?, not_before_why = ?")
+	}
+	if f&store.SetTodoAt != 0 {
+		set("todo_at = ?")
+	}
+	if f&store.SetFinishedAt != 0 {
+		set("finished_at = ?")
+	}
+	if f&store.SetReason != 0 {
+		set("reason = ?")
+	}
+	if f&store.ClearWarned != 0 {
+		set("warned = 0")
+	}
+	if f&store.ResetFails != 0 {
+		set("fails_other = 0, fails_transient = 0, fails_timeout = 0")
+	}
+	if fc > 0 {
+		col := failClasses[fc-1].col
+		set(col + " = " + col + " + 1")
+	}
+	b.WriteString(` WHERE id = ? AND state = ?`)
+	return b.String()
+}
