@@ -105,7 +105,7 @@ func (e *casEnv) lostCAS(want string, cas func(tx *sqlite.Tx, now time.Time) err
 	e.t.Helper()
 	before := e.snapshot()
 	var casErr error
-	err := e.st.write(e.ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := e.st.writeSQL(e.ctx, func(tx *sqlite.Tx, now time.Time) error {
 		casErr = cas(tx, now)
 		return nil
 	})

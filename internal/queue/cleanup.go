@@ -93,7 +93,7 @@ func (s *Store) DeleteExpired(ctx context.Context, state string, r Retention, li
 // error from before rolls the transaction back.
 func (s *Store) DeleteExpiredThen(ctx context.Context, state string, r Retention, limit int, before func(runIDs []string) error) ([]string, []string, error) {
 	var deleted, runIDs []string
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		deleted, runIDs = deleted[:0], runIDs[:0]
 		ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?`,
 			state, FormatTime(now.Add(-r.of(state))), limit)
@@ -172,7 +172,7 @@ func (s *Store) IncrementalVacuum(ctx context.Context, pages int) (int, error) {
 	if before == 0 {
 		return 0, nil
 	}
-	err := s.write(ctx, func(tx *sqlite.Tx, _ time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, _ time.Time) error {
 		rows, err := tx.QueryContext(ctx, `PRAGMA incremental_vacuum(`+itoa(pages)+`)`)
 		if err != nil {
 			return err

@@ -60,7 +60,7 @@ const ProgressEvery = 256
 // must be normalised already; an --after id must be exact.
 func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]Created, error) {
 	out := make([]Created, 0, len(specs))
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		c := newCreator(tx, now)
 		// A failed flush is charged to the first line it carried.

@@ -182,7 +182,7 @@ type Retried struct {
 // retried.
 func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]Retried, error) {
 	var out []Retried
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		id, err := resolve(ctx, tx, ref)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 // before the commit (see ReapExpiredThen), and returns the runs it ended.
 func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		ln := s.leaseNow(now)
 		qs, err := allQueues(ctx, tx)
@@ -59,7 +59,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 // checked against the dependencies themselves, so a stale count heals too.
 func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n = 0
 		// Only a task with dependency edges can have a count: a window
 		// of the edges is read first (+state keeps tasks_state out of
@@ -151,7 +151,7 @@ func depWindow(ctx context.Context, tx *sqlite.Tx, now time.Time, key string) (l
 // cancelled, with the reason.
 func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n = 0
 		lo, hi, ok, err := depWindow(ctx, tx, now, "deps_orphans_after")
 		if err != nil || !ok {
@@ -202,7 +202,7 @@ const WarnBatch = 1000
 // about at most limit tasks per queue; more says that some queue may have
 // more to warn about.
 func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more bool, err error) {
-	err = s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err = s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n, more = 0, false
 		qs, err := allQueues(ctx, tx)
 		if err != nil {
@@ -242,7 +242,7 @@ func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more boo
 
 // SetSystemState records key/value pairs in system_state (seed 001).
 func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error {
-	return s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	return s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		for k, v := range kv {
 			if err := setSystemState(ctx, tx, now, k, v); err != nil {
 				return err

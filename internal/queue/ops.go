@@ -67,7 +67,7 @@ func resolve(ctx context.Context, q querier, ref string) (string, error) {
 // transaction. It returns the task's id and the state it ended in.
 func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sqlite.Tx, now time.Time, t *taskRow) error) (string, string, error) {
 	var id, state string
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		var err error
 		id, err = resolve(ctx, tx, ref)
 		if err != nil {

@@ -129,7 +129,7 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 			kind = "queue.paused"
 		}
 	}
-	return s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	return s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		if err := ensureQueue(ctx, tx, now, name); err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 	next := int64(0)
 	upto := bound.Upto
 	end := min(after+clearWindow, upto)
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		cancelled, next = nil, 0
 		seq0, err := lastSeq(ctx, tx)
 		if err != nil {

@@ -560,7 +560,7 @@ func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) 
 // moved.
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	n := 0
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
 			WHERE state = 'blocked' AND not_before IS NOT NULL AND not_before <= ? AND hold = 0 AND deps_left = 0 LIMIT 1000`, FormatTime(now))
 		if err != nil {

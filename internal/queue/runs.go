@@ -99,7 +99,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*Claimed, error) {
 // ClaimN claims up to n tasks, as Claim does, in one transaction.
 func (s *Store) ClaimN(ctx context.Context, p ClaimParams, n int) ([]*Claimed, error) {
 	var out []*Claimed
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		var err error
 		out, err = claimTx(ctx, tx, s.leaseNow(now), p, n)
 		return err
@@ -475,7 +475,7 @@ type Start struct {
 // StartRuns records several starts in one transaction; errs[i] is the
 // outcome of starts[i] (a conflict: kill that run's group).
 func (s *Store) StartRuns(ctx context.Context, starts []Start) (errs []error, err error) {
-	err = s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err = s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		errs = make([]error, len(starts))
 		return s.startAll(ctx, tx, now, starts, errs)
 	})
@@ -655,7 +655,7 @@ type Renewal struct {
 // expired. A refusal means the worker has lost the run.
 func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Duration) (Renewal, error) {
 	var out Renewal
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		exp := now.Add(ttl)
 		ln := s.leaseNow(now)
 		wall, bootID, until := ln.lease(ttl)
@@ -771,7 +771,7 @@ func (s *Store) FinishRuns(ctx context.Context, fs []Finish, claim *ClaimN) (Fin
 // last time ride with the ends that come next.
 func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *ClaimN) (FinishResult, error) {
 	var res FinishResult
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		res = FinishResult{Finished: make([]Finished, len(fs)), StartErrs: make([]error, len(starts))}
 		if err := s.startAll(ctx, tx, now, starts, res.StartErrs); err != nil {
 			return err
@@ -1189,7 +1189,7 @@ func reaped(r *runRow, from, to string) Reaped {
 // so that they are gone before anyone may take the task again.
 func (s *Store) ReapExpiredThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		ln := s.leaseNow(now)
 		ids, err := queryIDs(ctx, tx, sqlExpiredLeases, ln.args()...)

@@ -19,6 +19,8 @@ import (
 // Store is the task store over one database.
 type Store struct {
 	DB *sqlite.DB
+	// st is DB as the store interface: every statement goes through it.
+	st store.Store
 	// Now is the wall clock, for every time a user reads or writes;
 	// tests replace it to move time without waiting.
 	Now func() time.Time
@@ -40,13 +42,19 @@ type Store struct {
 
 // New returns a Store over d using the host's clocks.
 func New(d *sqlite.DB) *Store {
-	return &Store{DB: d, Now: clock.Wall, Boot: clock.Boot}
+	return &Store{DB: d, st: d.Store(), Now: clock.Wall, Boot: clock.Boot}
 }
 
 func (s *Store) now() time.Time { return s.Now().UTC() }
 
 // write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sqlite.Tx, now time.Time) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx store.Tx, now time.Time) error) error {
+	return s.st.Write(ctx, func(tx store.Tx) error { return fn(tx, s.now()) })
+}
+
+// writeSQL is write for the functions that still run SQL of their own;
+// it goes once every statement is in the backend.
+func (s *Store) writeSQL(ctx context.Context, fn func(tx *sqlite.Tx, now time.Time) error) error {
 	return s.DB.Write(ctx, func(tx *sqlite.Tx) error { return fn(tx, s.now()) })
 }
 

@@ -162,7 +162,7 @@ func mergeWindows(ws []seqWindow) []seqWindow {
 func (s *Store) SweepEvents(ctx context.Context) (int, bool, error) {
 	var n int
 	var more bool
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n, more = 0, false
 		ws, err := sweepWindows(ctx, tx)
 		if err != nil || len(ws) == 0 {

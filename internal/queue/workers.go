@@ -56,7 +56,7 @@ func (s *Store) WorkerSeen(ctx context.Context, p WorkerParams) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	return s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		wall, bootID, until := s.leaseNow(now).lease(p.Lease)
 		ts := FormatTime(now)
 		_, err := tx.ExecContext(ctx, `INSERT INTO workers (id, host, pid, queues, concurrency, lease_ms, started_at,
@@ -71,7 +71,7 @@ func (s *Store) WorkerSeen(ctx context.Context, p WorkerParams) error {
 
 // WorkerLeft deletes worker id's row: it stopped cleanly.
 func (s *Store) WorkerLeft(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sqlite.Tx, _ time.Time) error {
+	return s.writeSQL(ctx, func(tx *sqlite.Tx, _ time.Time) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM workers WHERE id = ?`, id)
 		return err
 	})
@@ -137,7 +137,7 @@ func anyWorkerLive(ctx context.Context, q querier, now leaseNow) (bool, error) {
 // worker that lives after all writes its row again at its next tick.
 func (s *Store) SweepWorkers(ctx context.Context, dead time.Duration) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM workers WHERE lease_expires_at < ?`, FormatTime(now.Add(-dead)))
 		if err != nil {
 			return err

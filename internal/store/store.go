@@ -44,6 +44,10 @@ type Store interface {
 type Reader interface {
 	TaskReader
 	QueueReader
+	RunReader
+	IntakeReader
+	ViewReader
+	UpkeepReader
 }
 
 // Tx is a write transaction: every read, every write, and savepoints.
@@ -52,6 +56,10 @@ type Tx interface {
 	TaskWriter
 	QueueWriter
 	EventWriter
+	RunWriter
+	IntakeWriter
+	ViewWriter
+	UpkeepWriter
 
 	// Savepoint opens a savepoint; RollbackTo undoes the writes since it
 	// (it stays open); Release closes it and those opened after it,

@@ -1,0 +1,3 @@
+package sqlite
+
+// The statements of store.IntakeReader and store.IntakeWriter.

@@ -1,0 +1,3 @@
+package sqlite
+
+// The statements of store.RunReader and store.RunWriter.

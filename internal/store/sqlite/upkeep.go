@@ -1,0 +1,3 @@
+package sqlite
+
+// The statements of store.UpkeepReader and store.UpkeepWriter.

@@ -1,0 +1,3 @@
+package sqlite
+
+// The statements of store.ViewReader and store.ViewWriter.
