@@ -73,7 +73,7 @@ func (e *casEnv) taskRow(id string) *taskRow {
 
 func (e *casEnv) runRow(id string) *runRow {
 	e.t.Helper()
-	r, err := getRun(e.ctx, e.st.DB.SQL, id)
+	r, err := getRun(e.ctx, e.st.DB, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -412,36 +412,29 @@ func claimableQueues(ctx context.Context, tx *sqlite.Tx, wanted []string) ([]*cl
 
 // runRow is a runs row as a worker or the reaper needs it.
 type runRow struct {
-	ID, TaskID, State, Queue, Token, Host, LeaseExpires string
-	Created, Started                                    string // started "" until running
-	Attempt, Pgid                                       int
-	// BootID and LeaseUntil are the lease on the boot clock ("" and 0
-	// for a run judged on the wall clock).
-	BootID     string
-	LeaseUntil int64
+	store.Run
 	// reapAt, set by the reaper, adds "and the lease expired at this
 	// instant" to the CAS.
 	reapAt *leaseNow
 }
 
-// runRowCols are the columns scanRunRow reads.
-const runRowCols = `id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
-	COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0),
-	COALESCE(boot_id,''), COALESCE(lease_until_ns,0)`
+// runRowCols and scanRunRow read a runRow in the statements not yet moved
+// into the backend.
+const runRowCols = sqlite.RunCols
 
-// scanRunRow reads runRowCols, then more.
 func scanRunRow(sc interface{ Scan(...any) error }, r *runRow, more ...any) error {
-	return sc.Scan(append([]any{&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
-		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil}, more...)...)
+	return sqlite.ScanRun(sc, &r.Run, more...)
 }
 
-func getRun(ctx context.Context, q querier, id string) (*runRow, error) {
-	var r runRow
-	err := scanRunRow(q.QueryRowContext(ctx, `SELECT `+runRowCols+` FROM runs WHERE id = ?`, id), &r)
-	if errors.Is(err, sql.ErrNoRows) {
+func getRun(ctx context.Context, q store.Reader, id string) (*runRow, error) {
+	r, err := q.RunGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFoundf("no run %q", id)
 	}
-	return &r, err
+	if err != nil {
+		return nil, err
+	}
+	return &runRow{Run: *r}, nil
 }
 
 // fenced is the error a worker gets for a write its lease no longer

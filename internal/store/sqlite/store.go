@@ -61,3 +61,21 @@ var (
 	_ store.Store = (*backend)(nil)
 	_ store.Tx    = (*Tx)(nil)
 )
+
+// queryStrings reads the one text column of every row of a query.
+func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
