@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	cq "github.com/cq-dev/cq"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/store"
 	"github.com/mattn/go-sqlite3"
@@ -53,49 +52,6 @@ type DB struct {
 	// (BackgroundCheckpoints), is told every ckptEveryCommits of them.
 	commits int
 	ckpt    chan struct{}
-}
-
-// Migration is one numbered section of schema.sql.
-type Migration struct {
-	Version int
-	SQL     string
-}
-
-// migrations is schema.sql split once, on first use. Each section's SQL is
-// a slice of the embedded text, so a short command pays no copy for it.
-var migrations = sync.OnceValue(func() []Migration {
-	var out []Migration
-	const prefix = "-- migration "
-	text := cq.SchemaSQL
-	start := 0 // where the current section's SQL begins
-	for pos := 0; pos < len(text); {
-		line, _, _ := strings.Cut(text[pos:], "\n")
-		next := min(pos+len(line)+1, len(text))
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				if len(out) > 0 {
-					out[len(out)-1].SQL = text[start:pos]
-				}
-				out = append(out, Migration{Version: n})
-				start = next
-			}
-		}
-		pos = next
-	}
-	if len(out) > 0 {
-		out[len(out)-1].SQL = text[start:]
-	}
-	return out
-})
-
-// Migrations splits the embedded schema into its numbered sections, each
-// starting at a line "-- migration N".
-func Migrations() []Migration { return migrations() }
-
-// LatestVersion is the schema version this build writes.
-func LatestVersion() int {
-	m := migrations()
-	return m[len(m)-1].Version
 }
 
 // PathFromURL turns a --db value into a SQLite file path. It accepts
@@ -333,14 +289,6 @@ func createPrivate(path string) (foreign bool, err error) {
 	return false, f.Chmod(0o600)
 }
 
-func (d *DB) userVersion(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}) (int, error) {
-	var v int
-	err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
-	return v, err
-}
-
 // checkVersion reads the schema version and refuses, before anything is
 // written, a newer one (ErrFutureSchema) and a database that is not a cq
 // store (ErrNotCq): one at version 0 (new to cq) that already holds
@@ -427,40 +375,6 @@ func (d *DB) walMode(ctx context.Context) error {
 func isBusy(err error) bool {
 	var se sqlite3.Error
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
-}
-
-func (d *DB) migrate(ctx context.Context) error {
-	latest := LatestVersion()
-	v, err := d.userVersion(ctx, d.SQL)
-	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if v == latest {
-		return nil
-	}
-	// Several processes may open a new home at once: BEGIN IMMEDIATE makes
-	// them take turns, and each re-reads the version under the lock.
-	return d.Write(ctx, func(tx *Tx) error {
-		v, err := d.userVersion(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if v > latest {
-			return fmt.Errorf("%w: schema version %d, this cq knows up to %d", ErrFutureSchema, v, latest)
-		}
-		for _, m := range Migrations() {
-			if m.Version <= v {
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %d: %w", m.Version, err)
-			}
-			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // Tx is a write transaction on the store's one write connection. Its

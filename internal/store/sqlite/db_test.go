@@ -62,7 +62,7 @@ func TestMigrations(t *testing.T) {
 	t.Parallel()
 	ms := sqlite.Migrations()
 	if len(ms) == 0 {
-		t.Fatal("schema.sql has no migrations")
+		t.Fatal("no migrations")
 	}
 	for i, m := range ms {
 		if m.Version != i+1 {
