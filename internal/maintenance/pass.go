@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/home"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
 )
@@ -114,12 +115,12 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	// A worker of this host that died with its supervisor (SIGKILL of
 	// both, an OOM kill) leaves its runs' grandchildren running until
 	// their leases expire: kill them as soon as the worker's lock says it
-	// is gone (db.WorkerGone). The runs themselves are left to the
+	// is gone (home.WorkerGone). The runs themselves are left to the
 	// reaper, which ends them once their leases expire (docs/semantics.md, Leases).
 	if err := killGoneWorkersRuns(ctx, st, opt.Host, stop); err != nil {
 		return r, err
 	}
-	st.DB.SweepWorkerLocks()
+	home.SweepWorkerLocks(st.DB.Path)
 	// A worker gone without a word is no longer listed once its lease
 	// passed; its row is kept a while for someone reading the store.
 	if _, err := st.SweepWorkers(ctx, deadWorkerKept); err != nil {
@@ -192,7 +193,7 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, stop
 
 // workerGone reports whether the worker holding lr is gone: its process
 // (the pid of its id, host:pid) is not the one that claimed lr, and its
-// lock is free (db.WorkerGone). Both must say so: the pid alone cannot
+// lock is free (home.WorkerGone). Both must say so: the pid alone cannot
 // tell a worker of another pid namespace that shares the hostname, and
 // the lock alone trusts the file system's flock.
 func workerGone(st *queue.Store, lr queue.LiveRun) bool {
@@ -204,5 +205,5 @@ func workerGone(st *queue.Store, lr queue.LiveRun) bool {
 	if err != nil || procs.Lives(pid, lr.Claimed) {
 		return false
 	}
-	return st.DB.WorkerGone(lr.Worker)
+	return home.WorkerGone(st.DB.Path, lr.Worker)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/fsutil"
+	"github.com/cq-dev/cq/internal/home"
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
@@ -243,8 +244,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Warn("store.checkpointer_failed", "error", err.Error())
 	}
 	// Says this worker lives: a maintenance pass kills what the runs of a
-	// worker gone with its supervisor left behind (db.WorkerGone).
-	if release, err := w.st.DB.HoldWorker(w.id); err == nil {
+	// worker gone with its supervisor left behind (home.WorkerGone).
+	if release, err := home.HoldWorker(w.st.DB.Path, w.id); err == nil {
 		defer release()
 	} else {
 		w.log.Warn("worker.lock_failed", "error", err.Error())

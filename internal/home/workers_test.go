@@ -1,10 +1,12 @@
-package sqlite_test
+package home_test
 
 import (
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/cq-dev/cq/internal/home"
 )
 
 // TestWorkerGone: a worker is gone once its lock file's flock is free
@@ -14,15 +16,14 @@ import (
 func TestWorkerGone(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cq.db")
-	d := open(t, path)
-	if d.WorkerGone("h:1") {
+	if home.WorkerGone(path, "h:1") {
 		t.Fatal("a worker with no lock file reported gone")
 	}
-	release, err := d.HoldWorker("h:1")
+	release, err := home.HoldWorker(path, "h:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.WorkerGone("h:1") {
+	if home.WorkerGone(path, "h:1") {
 		t.Fatal("a worker holding its lock reported gone")
 	}
 	if st, err := os.Stat(path + "-workers"); err != nil || st.Mode().Perm() != 0o700 {
@@ -45,10 +46,10 @@ func TestWorkerGone(t *testing.T) {
 	if err := os.WriteFile(lock, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !d.WorkerGone("h:1") {
+	if !home.WorkerGone(path, "h:1") {
 		t.Fatal("a dead worker's lock file not reported gone")
 	}
-	if d.WorkerGone("h:1") {
+	if home.WorkerGone(path, "h:1") {
 		t.Error("a death reported twice")
 	}
 
@@ -65,14 +66,14 @@ func TestWorkerGone(t *testing.T) {
 	if err := os.WriteFile(lock, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if d.WorkerGone("h:1") {
+	if home.WorkerGone(path, "h:1") {
 		t.Error("reported gone while another lock file of the id is held")
 	}
-	if d.WorkerGone("h:10") || d.WorkerGone("h:") {
+	if home.WorkerGone(path, "h:10") || home.WorkerGone(path, "h:") {
 		t.Error("another id's lock file counted")
 	}
 	// The sweep removes the dead worker's file and keeps the held one.
-	if n := d.SweepWorkerLocks(); n != 1 {
+	if n := home.SweepWorkerLocks(path); n != 1 {
 		t.Errorf("sweep removed %d lock files, want 1", n)
 	}
 	if _, err := os.Stat(lock); !os.IsNotExist(err) {

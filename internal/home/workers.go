@@ -1,4 +1,8 @@
-package sqlite
+// Package home keeps cq's host-local files: what they say concerns the
+// processes of this host, not the stored state, so they live in files
+// beside the store (named after its path) and no database backend knows
+// of them. For now, the lock files by which a worker says it lives.
+package home
 
 import (
 	"errors"
@@ -20,7 +24,8 @@ import (
 // namespace that shares the store and the hostname is never taken for
 // gone while it lives.
 
-// workersDir is the folder of the store's worker lock files.
+// workersDir is the folder of the worker lock files of the store at
+// dbPath.
 func workersDir(dbPath string) string { return dbPath + "-workers" }
 
 // workerLockName is the start of worker id's lock file names: the
@@ -28,16 +33,16 @@ func workersDir(dbPath string) string { return dbPath + "-workers" }
 func workerLockName(id string) string { return strings.ReplaceAll(id, "/", "_") + "@" }
 
 // HoldWorker marks worker id alive until release (which removes its lock
-// file): see WorkerGone. The file's name holds this process's pid
+// file in the -workers folder of the store at dbPath): see WorkerGone. The file's name holds this process's pid
 // namespace as well, so that two workers of one id (one hostname, one pid
 // number, two containers) each hold a file of their own.
-func (d *DB) HoldWorker(id string) (release func(), err error) {
-	if err := fsutil.OwnDir(workersDir(d.Path)); err != nil {
+func HoldWorker(dbPath, id string) (release func(), err error) {
+	if err := fsutil.OwnDir(workersDir(dbPath)); err != nil {
 		return nil, err
 	}
 	ns, _ := os.Readlink("/proc/self/ns/pid")
 	ns = strings.Trim(strings.TrimPrefix(ns, "pid:"), "[]")
-	p := filepath.Join(workersDir(d.Path), workerLockName(id)+ns+".lock")
+	p := filepath.Join(workersDir(dbPath), workerLockName(id)+ns+".lock")
 	for range 10 {
 		f, err := fsutil.OpenPrivate(p, os.O_RDWR)
 		if err != nil {
@@ -66,8 +71,8 @@ func (d *DB) HoldWorker(id string) (release func(), err error) {
 // be had at once. It then removes them (under their locks), so each death
 // is reported once. A worker with no file (one that could not make it, or
 // that keeps its lock files by another store path) is never reported gone.
-func (d *DB) WorkerGone(id string) bool {
-	dir := workersDir(d.Path)
+func WorkerGone(dbPath, id string) bool {
+	dir := workersDir(dbPath)
 	ents, err := readOwnDir(dir)
 	if err != nil {
 		return false
@@ -132,8 +137,8 @@ func samePath(f *os.File, path string) bool {
 // with live runs are for WorkerGone first, so a pass calls this after it.
 // A worker that made its file and has not locked it yet finds it gone
 // once it has, and makes another (HoldWorker).
-func (d *DB) SweepWorkerLocks() int {
-	dir := workersDir(d.Path)
+func SweepWorkerLocks(dbPath string) int {
+	dir := workersDir(dbPath)
 	ents, err := readOwnDir(dir)
 	if err != nil {
 		return 0
