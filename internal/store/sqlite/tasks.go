@@ -28,7 +28,7 @@ func ScanTask(sc interface{ Scan(...any) error }) (*store.Task, error) {
 }
 
 // laneStates and keyLiveStates are the conditions of the partial indexes
-// tasks_lane and tasks_key_live, word for word (schema.sql, migration 5):
+// tasks_lane and tasks_key_live, word for word (migrations/0005_state_checks_as_ors.sql):
 // a query that repeats one may read its index.
 const (
 	laneStates    = `(state = 'todo' OR state = 'blocked' OR state = 'doing')`
