@@ -2,11 +2,9 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"strconv"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -17,10 +15,11 @@ import (
 // before the commit (see ReapExpiredThen), and returns the runs it ended.
 func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
+	// writeSQL: endRun and sqlQueuedTooLong (runs.go) still take SQL.
 	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		out = out[:0]
 		ln := s.leaseNow(now)
-		qs, err := allQueues(ctx, tx)
+		qs, err := tx.QueueList(ctx)
 		if err != nil {
 			return err
 		}
@@ -59,24 +58,19 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 // checked against the dependencies themselves, so a stale count heals too.
 func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
+	// writeSQL: promote (read.go) still takes a *sqlite.Tx.
 	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
 		n = 0
 		// Only a task with dependency edges can have a count: a window
-		// of the edges is read first (+state keeps tasks_state out of
-		// it, see sqlCancelOrphans).
+		// of the edges is read first.
 		if lo, hi, ok, err := depWindow(ctx, tx, now, "deps_heal_after"); err != nil {
 			return err
 		} else if ok {
-			if _, err := tx.ExecContext(ctx, sqlHealDepCounts, lo, hi); err != nil {
+			if err := tx.TaskDepCountsHeal(ctx, lo, hi); err != nil {
 				return err
 			}
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
-			WHERE state = 'blocked' AND hold = 0 AND deps_left = 0 AND (not_before IS NULL OR not_before <= ?) LIMIT 1000`, FormatTime(now))
-		if err != nil {
-			return err
-		}
-		ready, err := scanTasks(rows)
+		ready, err := tx.TaskBlockedReady(ctx, FormatTime(now))
 		if err != nil {
 			return err
 		}
@@ -85,24 +79,6 @@ func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	})
 	return n, err
 }
-
-// sqlHealDepCounts zeroes the stale dependency count of a blocked task
-// whose dependencies are all done, among the tasks of one window of the
-// dependency edges (see depWindow).
-const sqlHealDepCounts = `UPDATE tasks SET deps_left = 0
-	WHERE +state = 'blocked' AND deps_left > 0 AND id IN (SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-		WHERE d.task_id > ? AND d.task_id <= ? AND +t.state = 'blocked' AND t.deps_left > 0)
-	AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.dep_id
-		WHERE d.task_id = tasks.id AND dep.state != 'done')`
-
-// sqlCancelOrphans finds tasks still waiting on a dependency that ended
-// failed or cancelled, among one window of the dependency edges (see
-// depWindow). It reads the edges and looks both tasks up by id: through
-// tasks_state it read every failed and cancelled task of the store (3 s
-// for 1.5M, every heartbeat pass, under the write lock).
-const sqlCancelOrphans = `SELECT d.task_id, dep.id, dep.state FROM task_deps d
-	JOIN tasks dep ON dep.id = d.dep_id JOIN tasks t ON t.id = d.task_id
-	WHERE d.task_id > ? AND d.task_id <= ? AND +dep.state IN ('failed','cancelled') AND +t.state IN ('inbox','todo','blocked') LIMIT 1000`
 
 // DepWindowEdges bounds how many dependency edges one pass of a
 // dependency safety net reads.
@@ -117,15 +93,14 @@ const DepWindowEdges = 5000
 // every worker and of cq heartbeat. Passes come every 30 s per worker, so
 // every edge is looked at within a few hundred passes; the event-driven
 // cascade and promotions do the work on time.
-func depWindow(ctx context.Context, tx *sqlite.Tx, now time.Time, key string) (lo, hi string, ok bool, err error) {
-	if lo, _, err = systemState(ctx, tx, key); err != nil {
+func depWindow(ctx context.Context, tx store.Tx, now time.Time, key string) (lo, hi string, ok bool, err error) {
+	if lo, _, err = tx.SystemStateGet(ctx, key); err != nil {
 		return "", "", false, err
 	}
-	var last sql.NullString
+	var last string
 	var n int
 	for {
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(task_id), COUNT(*) FROM
-			(SELECT task_id FROM task_deps WHERE task_id > ? ORDER BY task_id LIMIT ?)`, lo, DepWindowEdges).Scan(&last, &n); err != nil {
+		if last, n, err = tx.TaskDepsWindow(ctx, lo, DepWindowEdges); err != nil {
 			return "", "", false, err
 		}
 		if n > 0 || lo == "" {
@@ -136,14 +111,14 @@ func depWindow(ctx context.Context, tx *sqlite.Tx, now time.Time, key string) (l
 	if n == 0 {
 		return "", "", false, nil // no edges: nothing to read or to note
 	}
-	next := last.String
+	next := last
 	if n < DepWindowEdges {
 		next = ""
 	}
-	if err := setSystemState(ctx, tx, now, key, next); err != nil {
+	if err := tx.SystemStateSet(ctx, key, next, FormatTime(now)); err != nil {
 		return "", "", false, err
 	}
-	return lo, last.String, true, nil
+	return lo, last, true, nil
 }
 
 // CancelOrphans is the safety net behind the event-driven cascade: a task
@@ -151,39 +126,25 @@ func depWindow(ctx context.Context, tx *sqlite.Tx, now time.Time, key string) (l
 // cancelled, with the reason.
 func (s *Store) CancelOrphans(ctx context.Context) (int, error) {
 	n := 0
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		n = 0
 		lo, hi, ok, err := depWindow(ctx, tx, now, "deps_orphans_after")
 		if err != nil || !ok {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, sqlCancelOrphans, lo, hi)
+		list, err := tx.TaskOrphans(ctx, lo, hi)
 		if err != nil {
 			return err
 		}
-		type orphan struct{ id, dep, state string }
-		var list []orphan
-		for rows.Next() {
-			var o orphan
-			if err := rows.Scan(&o.id, &o.dep, &o.state); err != nil {
-				rows.Close()
-				return err
-			}
-			list = append(list, o)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		for _, o := range list {
-			t, err := getTask(ctx, tx, o.id)
+			t, err := getTask(ctx, tx, o.ID)
 			if err != nil {
 				return err
 			}
 			if TaskTerminal(t.State) || t.State == TaskDoing {
 				continue // cancelled meanwhile as another orphan's dependent
 			}
-			if err := cancelTask(ctx, tx, now, t, "dependency "+o.dep+" "+o.state); err != nil {
+			if err := cancelTask(ctx, tx, now, t, "dependency "+o.Dep+" "+o.DepState); err != nil {
 				return err
 			}
 			n++
@@ -202,9 +163,9 @@ const WarnBatch = 1000
 // about at most limit tasks per queue; more says that some queue may have
 // more to warn about.
 func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more bool, err error) {
-	err = s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err = s.write(ctx, func(tx store.Tx, now time.Time) error {
 		n, more = 0, false
-		qs, err := allQueues(ctx, tx)
+		qs, err := tx.QueueList(ctx)
 		if err != nil {
 			return err
 		}
@@ -213,18 +174,15 @@ func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more boo
 				continue
 			}
 			after := time.Duration(q.WarnAfterMS) * time.Millisecond
-			ids, err := queryIDs(ctx, tx, `SELECT id FROM tasks WHERE state = 'todo' AND queue = ? AND warned = 0 AND todo_at < ? LIMIT ?`,
-				q.Name, FormatTime(now.Add(-after)), limit)
+			ids, err := tx.TaskWaitingUnwarned(ctx, q.Name, FormatTime(now.Add(-after)), limit)
 			if err != nil {
 				return err
 			}
 			more = more || len(ids) == limit
 			for _, id := range ids {
-				res, err := tx.ExecContext(ctx, `UPDATE tasks SET warned = 1 WHERE id = ? AND state = 'todo' AND warned = 0`, id)
-				if err != nil {
+				if ok, err := tx.TaskWarnedSet(ctx, id); err != nil {
 					return err
-				}
-				if k, _ := res.RowsAffected(); k != 1 {
+				} else if !ok {
 					continue
 				}
 				if err := addEvent(ctx, tx, now, event{Kind: "task.waiting", TaskID: id, From: TaskTodo, To: TaskTodo,
@@ -242,9 +200,9 @@ func (s *Store) WarnWaitingStep(ctx context.Context, limit int) (n int, more boo
 
 // SetSystemState records key/value pairs in system_state (seed 001).
 func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error {
-	return s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	return s.write(ctx, func(tx store.Tx, now time.Time) error {
 		for k, v := range kv {
-			if err := setSystemState(ctx, tx, now, k, v); err != nil {
+			if err := tx.SystemStateSet(ctx, k, v, FormatTime(now)); err != nil {
 				return err
 			}
 		}
@@ -252,97 +210,17 @@ func (s *Store) SetSystemState(ctx context.Context, kv map[string]string) error 
 	})
 }
 
-func setSystemState(ctx context.Context, tx *sqlite.Tx, now time.Time, key, value string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO system_state (key, value, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, value, FormatTime(now))
-	return err
-}
-
 // SystemState reads one system_state value; ok is false if it was never
 // set.
 func (s *Store) SystemState(ctx context.Context, key string) (string, bool, error) {
-	return systemState(ctx, s.DB.SQL, key)
+	return s.st.SystemStateGet(ctx, key)
 }
-
-func systemState(ctx context.Context, q querier, key string) (string, bool, error) {
-	var v string
-	err := q.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return v, err == nil, err
-}
-
-func allQueues(ctx context.Context, q querier) ([]*queueRow, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+queueCols+` FROM queues ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*queueRow
-	for rows.Next() {
-		r, err := scanQueue(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-func queryIDs(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
-}
-
-func scanTasks(rows *sql.Rows) ([]*taskRow, error) {
-	defer rows.Close()
-	var out []*taskRow
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // EndedRun names a run that has ended, with when.
-type EndedRun struct{ TaskID, RunID, EndedAt string }
+type EndedRun = store.RunEnded
 
 // EndedRunsAfter lists up to limit runs that ended after the run (after,
-// afterID) in (ended_at, id) order, and before the time before, from the
-// runs_ended index.
+// afterID) in (ended_at, id) order, and before the time before.
 func (s *Store) EndedRunsAfter(ctx context.Context, after, afterID string, before time.Time, limit int) ([]EndedRun, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT task_id, id, ended_at FROM runs
-		WHERE ended_at IS NOT NULL AND ended_at >= ? AND ended_at < ? AND (ended_at > ? OR id > ?)
-		ORDER BY ended_at, id LIMIT ?`, after, FormatTime(before), after, afterID, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []EndedRun
-	for rows.Next() {
-		var r EndedRun
-		if err := rows.Scan(&r.TaskID, &r.RunID, &r.EndedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.st.RunEndedList(ctx, after, afterID, FormatTime(before), limit)
 }

@@ -3,42 +3,25 @@ package queue
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // A cleanup deletes the events of the tasks it deletes in two steps, so
-// that no event write pays for an index of every event by its task
-// (schema.sql, migration 7). The transaction that deletes a batch of
-// tasks notes, in system_state, the window of event seqs that holds each
-// task's events: from its task.created to its last terminal event, both
-// read through events_task_ends. SweepEvents then walks the noted windows
-// a slice at a time and deletes the events in them whose task is gone.
-// The windows are kept in the store, so a cleanup killed in between
-// leaves the sweep to the next one; two cleanups at once share them.
+// that no event write pays for an index of every event by its task. The
+// transaction that deletes a batch of tasks notes, in system_state, the
+// window of event seqs that holds each task's events (store.EventSpan).
+// SweepEvents then walks the noted windows a slice at a time and deletes
+// the events in them whose task is gone. The windows are kept in the
+// store, so a cleanup killed in between leaves the sweep to the next one;
+// two cleanups at once share them.
 
 // sweepKey is the system_state key of the windows still to sweep, a JSON
 // array of [lo, hi] seq pairs, sorted and disjoint.
 const sweepKey = "events_sweep"
-
-// sqlTaskEnds reads the first and the last terminal event of each task
-// of an id list (in, with its parentheses) through events_task_ends: its
-// WHERE repeats the index's word for word. The last is NULL for a task
-// with no terminal event (written into its state by hand): its window
-// then runs to the end of the log.
-const sqlTaskEnds = `SELECT MIN(seq), MAX(CASE WHEN kind != 'task.created' THEN seq END) FROM events
-	WHERE task_id IN %s AND (kind = 'task.created' OR kind = 'task.done' OR kind = 'task.failed' OR kind = 'task.cancelled')
-	GROUP BY task_id`
-
-// sqlSweepEvents deletes the events of tasks no longer stored among the
-// seqs ?1 to ?2 (events of no task, a queue's, stay).
-const sqlSweepEvents = `DELETE FROM events WHERE seq BETWEEN ? AND ? AND task_id IS NOT NULL
-	AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.id = events.task_id)`
 
 // SweepSlice bounds the seqs one SweepEvents transaction looks at: a few
 // milliseconds of the write lock.
@@ -55,41 +38,25 @@ const (
 
 type seqWindow [2]int64
 
-// noteEventWindows adds the event windows of the tasks just deleted, ids
-// bound to the placeholders of in, to the windows still to sweep.
-func noteEventWindows(ctx context.Context, tx *sqlite.Tx, now time.Time, in string, ids []any) error {
-	rows, err := tx.QueryContext(ctx, strings.Replace(sqlTaskEnds, "%s", in, 1), ids...)
-	if err != nil {
-		return err
-	}
+// noteEventWindows adds the event windows of deleted tasks, spans of
+// deleted of them (see store.TaskDelete), to the windows still to sweep.
+func noteEventWindows(ctx context.Context, tx store.Tx, now time.Time, spans []store.EventSpan, deleted int) error {
 	var add []seqWindow
-	found := 0
 	open := int64(0) // the lowest first seq of a task with no terminal event
-	for rows.Next() {
-		var lo int64
-		var hi sql.NullInt64
-		if err := rows.Scan(&lo, &hi); err != nil {
-			rows.Close()
-			return err
-		}
-		found++
-		if !hi.Valid {
-			if open == 0 || lo < open {
-				open = lo
+	for _, sp := range spans {
+		if sp.End == 0 {
+			if open == 0 || sp.First < open {
+				open = sp.First
 			}
 			continue
 		}
-		add = append(add, seqWindow{lo, hi.Int64})
+		add = append(add, seqWindow{sp.First, sp.End})
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if found < len(ids) {
+	if len(spans) < deleted {
 		open = 1 // a task without task.created: its events may be anywhere
 	}
 	if open > 0 {
-		last, err := lastSeq(ctx, tx)
+		last, err := tx.EventLastSeq(ctx)
 		if err != nil {
 			return err
 		}
@@ -104,29 +71,28 @@ func noteEventWindows(ctx context.Context, tx *sqlite.Tx, now time.Time, in stri
 
 // sweepWindows reads the windows still to sweep. A value that does not
 // parse (written by hand) stands for the whole log.
-func sweepWindows(ctx context.Context, q querier) ([]seqWindow, error) {
-	v, ok, err := systemState(ctx, q, sweepKey)
+func sweepWindows(ctx context.Context, q store.Reader) ([]seqWindow, error) {
+	v, ok, err := q.SystemStateGet(ctx, sweepKey)
 	if err != nil || !ok {
 		return nil, err
 	}
 	var ws []seqWindow
 	if json.Unmarshal([]byte(v), &ws) != nil {
-		last, err := lastSeq(ctx, q)
+		last, err := q.EventLastSeq(ctx)
 		return []seqWindow{{1, last}}, err
 	}
 	return mergeWindows(ws), nil
 }
 
-func saveSweepWindows(ctx context.Context, tx *sqlite.Tx, now time.Time, ws []seqWindow) error {
+func saveSweepWindows(ctx context.Context, tx store.Tx, now time.Time, ws []seqWindow) error {
 	if len(ws) == 0 {
-		_, err := tx.ExecContext(ctx, `DELETE FROM system_state WHERE key = ?`, sweepKey)
-		return err
+		return tx.SystemStateDelete(ctx, sweepKey)
 	}
 	b, err := json.Marshal(ws)
 	if err != nil {
 		return err
 	}
-	return setSystemState(ctx, tx, now, sweepKey, string(b))
+	return tx.SystemStateSet(ctx, sweepKey, string(b), FormatTime(now))
 }
 
 // mergeWindows sorts ws and merges those that overlap or lie within
@@ -162,19 +128,16 @@ func mergeWindows(ws []seqWindow) []seqWindow {
 func (s *Store) SweepEvents(ctx context.Context) (int, bool, error) {
 	var n int
 	var more bool
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		n, more = 0, false
 		ws, err := sweepWindows(ctx, tx)
 		if err != nil || len(ws) == 0 {
 			return err
 		}
 		lo, hi := ws[0][0], min(ws[0][1], ws[0][0]+SweepSlice-1)
-		res, err := tx.ExecContext(ctx, sqlSweepEvents, lo, hi)
-		if err != nil {
+		if n, err = tx.EventSweep(ctx, lo, hi); err != nil {
 			return err
 		}
-		d, _ := res.RowsAffected()
-		n = int(d)
 		if ws[0][0] = hi + 1; ws[0][0] > ws[0][1] {
 			ws = ws[1:]
 		}
