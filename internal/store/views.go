@@ -144,8 +144,9 @@ type ViewReader interface {
 	// before at) and that nothing else blocks (no hold, no dependency
 	// left): at most 1000, in no particular order.
 	TaskDue(ctx context.Context, at string) ([]*Task, error)
-	// TaskRunnableExists reports whether a todo task heads its key lane
-	// (what a worker could claim, queues and limits aside).
+	// TaskRunnableExists reports whether a todo task heads its lane (a
+	// task of no key heads its own): one a worker could claim, its queue
+	// and limits aside.
 	TaskRunnableExists(ctx context.Context) (bool, error)
 	// TaskNextDue is the earliest not_before of a blocked task; "" when
 	// none waits for a time.
