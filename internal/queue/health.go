@@ -2,9 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // Health verdicts, from best to worst.
@@ -80,35 +81,30 @@ type OldestTask struct {
 // table in docs/operations.md, Health.
 func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	now := s.now()
-	// Every figure from one read transaction, so that they agree (a
-	// backlog never above the todo count) while producers and workers
-	// commit. BEGIN on its own is deferred: it takes no lock, and the
-	// snapshot starts with the first SELECT.
-	q, err := s.DB.SQL.Conn(ctx)
+	h := &Health{States: map[string]int{}, Queues: map[string]QueueHealth{}, Warnings: []string{},
+		RunsFinished: map[string]int{}, Window: th.Window.String(), CheckedAt: FormatTime(now)}
+	// Every figure from one snapshot, so that they agree (a backlog never
+	// above the todo count) while producers and workers commit.
+	err := s.st.Snapshot(ctx, func(q store.Reader) error { return s.healthFigures(ctx, q, h, th, now) })
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close()
-	if _, err := q.ExecContext(ctx, `BEGIN`); err != nil {
-		return nil, err
-	}
-	defer func() { _, _ = q.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`) }()
-	h := &Health{States: map[string]int{}, Queues: map[string]QueueHealth{}, Warnings: []string{},
-		RunsFinished: map[string]int{}, Window: th.Window.String(), CheckedAt: FormatTime(now)}
+	h.Status, h.Warnings = verdict(h, th, now, h.Warnings)
+	return h, nil
+}
+
+// healthFigures reads h's figures from q.
+func (s *Store) healthFigures(ctx context.Context, q store.Reader, h *Health, th Thresholds, now time.Time) error {
 	for _, st := range TaskStates {
 		h.States[st] = 0
 	}
-	rows, err := q.QueryContext(ctx, `SELECT state, COUNT(*) FROM tasks GROUP BY state`)
-	if err != nil {
-		return nil, err
-	}
-	if err := scanCounts(rows, h.States); err != nil {
-		return nil, err
+	if err := q.TaskStateCounts(ctx, func(st string, n int) { h.States[st] = n }); err != nil {
+		return err
 	}
 
-	qs, err := queuesWithCounts(ctx, q)
+	qs, err := q.QueueListWithCounts(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, qq := range qs {
 		h.Queues[qq.Name] = QueueHealth{Backlog: qq.Backlog, Running: qq.Running, Paused: qq.Paused, Concurrency: qq.Concurrency}
@@ -116,20 +112,16 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 			h.Backlog += qq.Backlog
 		}
 	}
-	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'blocked' AND blocked_reason = 'retry'`).Scan(&h.BlockedRetry); err != nil {
-		return nil, err
+	if h.BlockedRetry, err = q.TaskRetryBlockedCount(ctx); err != nil {
+		return err
 	}
 
 	since := FormatTime(now.Add(-th.Window))
 	for _, st := range []string{RunSucceeded, RunFailed, RunTimeout, RunCancelled} {
 		h.RunsFinished[st] = 0
 	}
-	rows, err = q.QueryContext(ctx, `SELECT state, COUNT(*) FROM runs WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY state`, since)
-	if err != nil {
-		return nil, err
-	}
-	if err := scanCounts(rows, h.RunsFinished); err != nil {
-		return nil, err
+	if err := q.RunEndedCounts(ctx, since, func(st string, n int) { h.RunsFinished[st] = n }); err != nil {
+		return err
 	}
 	ok, bad := h.RunsFinished[RunSucceeded], h.RunsFinished[RunFailed]+h.RunsFinished[RunTimeout]
 	h.Failed24h = bad
@@ -137,25 +129,19 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 		r := float64(ok) / float64(ok+bad)
 		h.SuccessRate = &r
 	}
-	var avg sql.NullFloat64
-	if err := q.QueryRowContext(ctx, `SELECT AVG((julianday(ended_at) - julianday(started_at)) * 86400.0) FROM runs
-		WHERE ended_at IS NOT NULL AND ended_at >= ? AND started_at IS NOT NULL`, since).Scan(&avg); err != nil {
-		return nil, err
-	}
-	if avg.Valid {
-		v := avg.Float64
-		h.AvgDurationSeconds = &v
+	if avg, ok, err := q.RunEndedAvgSeconds(ctx, since); err != nil {
+		return err
+	} else if ok {
+		h.AvgDurationSeconds = &avg
 	}
 
-	var oid, oq, oat string
-	err = q.QueryRowContext(ctx, `SELECT id, queue, todo_at FROM tasks WHERE state = 'todo' AND todo_at IS NOT NULL
-		ORDER BY todo_at LIMIT 1`).Scan(&oid, &oq, &oat)
-	if err == nil {
+	// The oldest waiting task is left out when it cannot be read.
+	if oid, oq, oat, err := q.TaskOldestTodo(ctx); err == nil && oid != "" {
 		h.OldestWaiting = &OldestTask{ID: oid, Queue: oq, Since: oat, Seconds: now.Sub(ParseStoredTime(oat)).Seconds()}
 	}
-	var waiting int
-	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = 'todo' AND warned = 1`).Scan(&waiting); err != nil {
-		return nil, err
+	waiting, err := q.TaskWaitWarnedCount(ctx)
+	if err != nil {
+		return err
 	}
 	h.WaitingWarned = waiting
 	if waiting > 0 {
@@ -167,20 +153,19 @@ func (s *Store) Health(ctx context.Context, th Thresholds) (*Health, error) {
 	if h.Backlog > 0 {
 		live, err := anyWorkerLive(ctx, q, s.leaseNow(now))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !live {
 			h.Warnings = append(h.Warnings, NoWorkerWarning(h.Backlog))
 		}
 	}
 
-	if v, ok, err := systemState(ctx, q, "last_heartbeat"); err != nil {
-		return nil, err
+	if v, ok, err := q.SystemStateGet(ctx, "last_heartbeat"); err != nil {
+		return err
 	} else if ok {
 		h.LastHeartbeat = &v
 	}
-	h.Status, h.Warnings = verdict(h, th, now, h.Warnings)
-	return h, nil
+	return nil
 }
 
 // NoWorkerWarning is cq health's warning when n tasks are runnable and
@@ -191,19 +176,6 @@ func NoWorkerWarning(n int) string {
 		tasks = "task"
 	}
 	return fmt.Sprintf("%d %s runnable and no worker is live (start one: cq worker)", n, tasks)
-}
-
-func scanCounts(rows *sql.Rows, into map[string]int) error {
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			return err
-		}
-		into[k] = n
-	}
-	return rows.Err()
 }
 
 // verdict applies the thresholds; the worst row decides, and each row that

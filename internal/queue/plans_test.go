@@ -22,12 +22,10 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"cancelling runs": {sqlCancellingRuns, []any{"w"}},
 		"queued too long": {sqlQueuedTooLong, []any{"q", "b", 1, "x"}},
 		"expired leases":  {sqlExpiredLeases, []any{"b", "x", "b", 1}},
 		"queue live":      {sqlQueueLive, []any{"q"}},
 		"live on host":    {sqlLiveRunsOnHost, []any{"h"}},
-		"runs by worker":  {sqlWorkerRuns, nil},
 	} {
 		if plan := queryPlan(t, d.SQL, q.sql, q.args...); !strings.Contains(plan, "USING INDEX runs_live") {
 			t.Errorf("%s does not read runs_live:\n%s", name, plan)

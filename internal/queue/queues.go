@@ -2,11 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // Queue is a queue's settings and live counts as cq prints them.
@@ -45,35 +44,22 @@ func msString(ms int64) string {
 
 // Queues lists every queue with its backlog (todo tasks) and running count.
 func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
-	return queuesWithCounts(ctx, s.DB.SQL)
-}
-
-func queuesWithCounts(ctx context.Context, on querier) ([]Queue, error) {
-	rows, err := on.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
-		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
-		(SELECT COUNT(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
-		(SELECT COUNT(*) FROM runs r WHERE `+liveRuns+` AND r.queue = q.name)
-		FROM queues q ORDER BY q.name`)
+	qs, err := s.st.QueueListWithCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []Queue{}
-	for rows.Next() {
-		var q Queue
-		var backoff, timeout, start, warn int64
-		if err := rows.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &backoff, &q.TransientRetries, &q.TimeoutRetries,
-			&timeout, &start, &warn, &q.Backlog, &q.Running); err != nil {
-			return nil, err
+	out := make([]Queue, len(qs))
+	for i := range qs {
+		q := &qs[i]
+		out[i] = Queue{Name: q.Name, Paused: q.Paused, Concurrency: q.Concurrency, Retries: q.Retries,
+			Backoff: msString(q.BackoffMS), TransientRetries: q.TransientRetries, TimeoutRetries: q.TimeoutRetries,
+			StartTimeout: msString(q.StartTimeoutMS), WarnAfter: msString(q.WarnAfterMS), Backlog: q.Backlog, Running: q.Running}
+		if q.TimeoutMS > 0 {
+			t := msString(q.TimeoutMS)
+			out[i].Timeout = &t
 		}
-		q.Backoff, q.StartTimeout, q.WarnAfter = msString(backoff), msString(start), msString(warn)
-		if timeout > 0 {
-			t := msString(timeout)
-			q.Timeout = &t
-		}
-		out = append(out, q)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // SetQueue creates the queue if needed and applies the given settings, in
@@ -82,40 +68,39 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 	if !ValidQueueName(name) {
 		return invalidf("invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", name)
 	}
-	var cols []string
-	var args []any
+	u := store.QueueUpdate{Name: name}
 	data := map[string]any{}
-	addInt := func(col, field string, v *int) error {
+	addInt := func(bit store.QueueFields, dst *int, field string, v *int) error {
 		if v == nil {
 			return nil
 		}
 		if *v < 0 {
 			return invalidf("--%s must be 0 or more", strings.ReplaceAll(field, "_", "-"))
 		}
-		cols, args = append(cols, col+" = ?"), append(args, *v)
+		u.Set, *dst = u.Set|bit, *v
 		data[field] = *v
 		return nil
 	}
-	addDur := func(col, field string, v *time.Duration, allowZero bool) error {
+	addDur := func(bit store.QueueFields, dst *int64, field string, v *time.Duration, allowZero bool) error {
 		if v == nil {
 			return nil
 		}
 		if *v < 0 || (!allowZero && *v == 0) {
 			return invalidf("--%s must be positive", strings.ReplaceAll(field, "_", "-"))
 		}
-		cols, args = append(cols, col+" = ?"), append(args, v.Milliseconds())
+		u.Set, *dst = u.Set|bit, v.Milliseconds()
 		data[field] = v.String()
 		return nil
 	}
 	for _, err := range []error{
-		addInt("concurrency", "concurrency", set.Concurrency),
-		addInt("retries", "retries", set.Retries),
-		addDur("backoff_ms", "backoff", set.Backoff, false),
-		addInt("transient_retries", "transient_retries", set.TransientRetries),
-		addInt("timeout_retries", "timeout_retries", set.TimeoutRetries),
-		addDur("timeout_ms", "timeout", set.Timeout, true),
-		addDur("start_timeout_ms", "start_timeout", set.StartTimeout, false),
-		addDur("warn_after_ms", "warn_after", set.WarnAfter, false),
+		addInt(store.SetQueueConcurrency, &u.Concurrency, "concurrency", set.Concurrency),
+		addInt(store.SetQueueRetries, &u.Retries, "retries", set.Retries),
+		addDur(store.SetQueueBackoff, &u.BackoffMS, "backoff", set.Backoff, false),
+		addInt(store.SetQueueTransientRetries, &u.TransientRetries, "transient_retries", set.TransientRetries),
+		addInt(store.SetQueueTimeoutRetries, &u.TimeoutRetries, "timeout_retries", set.TimeoutRetries),
+		addDur(store.SetQueueTimeout, &u.TimeoutMS, "timeout", set.Timeout, true),
+		addDur(store.SetQueueStartTimeout, &u.StartTimeoutMS, "start_timeout", set.StartTimeout, false),
+		addDur(store.SetQueueWarnAfter, &u.WarnAfterMS, "warn_after", set.WarnAfter, false),
 	} {
 		if err != nil {
 			return err
@@ -123,34 +108,24 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 	}
 	kind := "queue.updated"
 	if set.Paused != nil {
-		cols, args = append(cols, "paused = ?"), append(args, *set.Paused)
+		u.Set, u.Paused = u.Set|store.SetQueuePaused, *set.Paused
 		kind = "queue.resumed"
 		if *set.Paused {
 			kind = "queue.paused"
 		}
 	}
-	return s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	return s.write(ctx, func(tx store.Tx, now time.Time) error {
 		if err := ensureQueue(ctx, tx, now, name); err != nil {
 			return err
 		}
-		if len(cols) == 0 {
+		if u.Set == 0 {
 			// No setting given: the queue exists now, nothing changed.
 			return nil
 		}
-		// Only a queue whose settings change is updated, and only a change
-		// is recorded: pausing a paused queue, resuming a running one or
-		// setting what is already set records nothing.
-		differs := make([]string, len(cols))
-		for i, c := range cols {
-			differs[i] = strings.TrimSuffix(c, " = ?") + " IS NOT ?"
-		}
-		a := append(append(append([]any{}, args...), FormatTime(now), name), args...)
-		res, err := tx.ExecContext(ctx, `UPDATE queues SET `+strings.Join(cols, ", ")+`, updated_at = ? WHERE name = ? AND (`+
-			strings.Join(differs, " OR ")+`)`, a...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
+		// Only a change is recorded: pausing a paused queue, resuming a
+		// running one or setting what is already set records nothing.
+		u.At = FormatTime(now)
+		if changed, err := tx.QueueUpdate(ctx, u); err != nil || !changed {
 			return err
 		}
 		data["queue"] = name
@@ -158,8 +133,8 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 	})
 }
 
-// ClearQueueStart checks that the queue exists and returns the rowid
-// bound of a clear: the tasks stored when it began (ClearQueueStep never
+// ClearQueueStart checks that the queue exists and returns the position
+// bound of a clear (store.TaskLastPos): the tasks stored when it began (ClearQueueStep never
 // goes past it, so producers adding to the queue cannot keep a clear
 // going forever).
 func (s *Store) ClearQueueStart(ctx context.Context, name string) (ClearBound, error) {
@@ -167,25 +142,23 @@ func (s *Store) ClearQueueStart(ctx context.Context, name string) (ClearBound, e
 	if !ValidQueueName(name) {
 		return b, invalidf("invalid queue name %q", name)
 	}
-	var exists int
-	if err := s.DB.SQL.QueryRowContext(ctx, `SELECT COUNT(*) FROM queues WHERE name = ?`, name).Scan(&exists); err != nil {
+	exists, err := s.st.QueueExists(ctx, name)
+	if err != nil {
 		return b, err
 	}
-	if exists == 0 {
+	if !exists {
 		return b, notFoundf("no queue %q", name)
 	}
 	b.Began = FormatTime(s.now())
-	var upto sql.NullInt64
-	if err := s.DB.SQL.QueryRowContext(ctx, `SELECT MAX(rowid) FROM tasks`).Scan(&upto); err != nil {
+	if b.Upto, err = s.st.TaskLastPos(ctx); err != nil {
 		return b, err
 	}
-	b.Upto = upto.Int64
 	return b, nil
 }
 
-// ClearBound is where a queue clear stops: the rowids stored when it
-// began, and among them only tasks created by then (a rowid freed by a
-// cleanup since may be taken by a new task).
+// ClearBound is where a queue clear stops: the positions stored when it
+// began, and among them only tasks created by then (a position freed by
+// a cleanup since may be taken by a new task).
 type ClearBound struct {
 	Upto  int64
 	Began string
@@ -198,10 +171,10 @@ const clearWindow = 20000
 
 // ClearQueueStep cancels, in one transaction, up to limit tasks of the
 // queue that are inbox, todo or blocked, with their dependents, reading
-// the tasks after rowid after in rowid order (up to clearWindow of them,
-// and never past the bound). It returns the tasks it cancelled,
+// the tasks after position after in position order (up to clearWindow
+// of them, and never past the bound). It returns the tasks it cancelled,
 // dependents included (their ids, in the order they were cancelled),
-// and the rowid to go on after, 0 when it reached
+// and the position to go on after, 0 when it reached
 // the bound. A clear is a series of such
 // steps, so that other writers get the lock between them (see
 // maintenance.ClearQueue); a task that starts meanwhile keeps running.
@@ -210,30 +183,14 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 	next := int64(0)
 	upto := bound.Upto
 	end := min(after+clearWindow, upto)
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		cancelled, next = nil, 0
-		seq0, err := lastSeq(ctx, tx)
+		seq0, err := tx.EventLastSeq(ctx)
 		if err != nil {
 			return err
 		}
-		// +queue, +state: read by rowid, never through tasks_state.
-		rows, err := tx.QueryContext(ctx, `SELECT rowid, id FROM tasks WHERE rowid > ? AND rowid <= ?
-			AND +queue = ? AND +state IN ('inbox','todo','blocked') AND created_at <= ? ORDER BY rowid LIMIT ?`, after, end, name, bound.Began, limit)
+		ids, last, err := tx.TaskClearable(ctx, store.TaskClearScan{Queue: name, After: after, Upto: end, CreatedBy: bound.Began, Limit: limit})
 		if err != nil {
-			return err
-		}
-		var ids []string
-		var last int64
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&last, &id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, id := range ids {
@@ -251,10 +208,7 @@ func (s *Store) ClearQueueStep(ctx context.Context, name string, after int64, bo
 		}
 		// Read from the events: a cancel takes its dependents with it,
 		// in this queue or another.
-		if err := tx.Flush(); err != nil {
-			return err
-		}
-		cancelled, err = queryIDs(ctx, tx, `SELECT task_id FROM events WHERE seq > ? AND kind = 'task.cancelled' ORDER BY seq`, seq0)
+		cancelled, err = tx.EventCancelledTasks(ctx, seq0)
 		if err != nil {
 			return err
 		}

@@ -2,13 +2,11 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -118,6 +116,10 @@ type ListFilter struct {
 	Limit  int // 0 = all
 }
 
+func (f ListFilter) store() store.TaskFilter {
+	return store.TaskFilter{States: f.States, Queue: f.Queue, Key: f.Key, Limit: f.Limit}
+}
+
 // List returns tasks newest first.
 func (s *Store) List(ctx context.Context, f ListFilter) ([]*Task, error) {
 	var out []*Task
@@ -135,28 +137,15 @@ const listChunk = 500
 // holding at most listChunk of them at a time: cq ls --limit 0 of a
 // million tasks streams them instead of building them all first.
 func (s *Store) ListEach(ctx context.Context, f ListFilter, fn func(*Task) error) error {
-	if f.Limit > 0 && len(f.States) > 0 && f.Key == "" {
-		ts, err := s.listByState(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, t := range ts {
-			if err := fn(t); err != nil {
-				return err
-			}
-		}
-		return nil
+	n := listChunk
+	if f.Limit > 0 {
+		n = min(n, f.Limit)
 	}
-	q, args := listQuery(taskCols, f)
-	rows, err := s.DB.SQL.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	chunk := make([]*Task, 0, listChunk)
-	byID := make(map[string]*Task, listChunk)
+	chunk := make([]*Task, 0, n)
+	ids := make([]string, 0, n)
+	byID := make(map[string]*Task, n)
 	flush := func() error {
-		if err := s.fillAfter(ctx, byID); err != nil {
+		if err := s.fillAfter(ctx, ids, byID); err != nil {
 			return err
 		}
 		for _, t := range chunk {
@@ -164,207 +153,45 @@ func (s *Store) ListEach(ctx context.Context, f ListFilter, fn func(*Task) error
 				return err
 			}
 		}
-		chunk = chunk[:0]
+		chunk, ids = chunk[:0], ids[:0]
 		clear(byID)
 		return nil
 	}
-	for rows.Next() {
-		r, err := scanTask(rows)
-		if err != nil {
-			return err
-		}
+	err := s.st.TaskList(ctx, f.store(), func(r *taskRow) error {
 		t := taskView(r)
 		chunk = append(chunk, t)
+		ids = append(ids, t.ID)
 		byID[t.ID] = t
 		if len(chunk) == listChunk {
-			if err := flush(); err != nil {
-				return err
-			}
+			return flush()
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	return flush()
 }
 
-// listQuery is the SELECT of cols for List's filter, newest first.
-func listQuery(cols string, f ListFilter) (string, []any) {
-	q, args := listWhere(`SELECT `+cols+` FROM tasks`, f)
-	// Insertion order is creation order: newest first without an index of
-	// its own.
-	q += ` ORDER BY rowid DESC`
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	return q, args
-}
-
 // Count is how many tasks List's filter selects, its limit aside: a list
 // cut short by the limit can say how many it left out.
 func (s *Store) Count(ctx context.Context, f ListFilter) (int, error) {
-	q, args := listWhere(`SELECT COUNT(*) FROM tasks`, f)
-	var n int
-	err := s.DB.SQL.QueryRowContext(ctx, q, args...).Scan(&n)
-	return n, err
-}
-
-// listWhere adds to q the WHERE clause of List's filter.
-func listWhere(q string, f ListFilter) (string, []any) {
-	var where []string
-	var args []any
-	if len(f.States) > 0 {
-		where = append(where, `state IN (`+strings.TrimSuffix(strings.Repeat("?,", len(f.States)), ",")+`)`)
-		for _, st := range f.States {
-			args = append(args, st)
-		}
-	}
-	if f.Queue != "" {
-		where = append(where, `queue = ?`)
-		args = append(args, f.Queue)
-	}
-	if f.Key != "" {
-		where = append(where, `key = ?`)
-		args = append(args, f.Key)
-	}
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	return q, args
+	return s.st.TaskCount(ctx, f.store())
 }
 
 // ListIDEach calls fn with the id of each task List returns, in the same
 // order, without reading the rest of each task (cq ls -q).
 func (s *Store) ListIDEach(ctx context.Context, f ListFilter, fn func(id string) error) error {
-	if f.Limit > 0 && len(f.States) > 0 && f.Key == "" {
-		ts, err := s.listByState(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, t := range ts {
-			if err := fn(t.ID); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	q, args := listQuery("id", f)
-	rows, err := s.DB.SQL.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		if err := fn(id); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return s.st.TaskListIDs(ctx, f.store(), fn)
 }
 
-// listByState is List for a page of tasks in given states. A state may
-// hold millions of tasks: read through tasks_state (state, queue), the
-// newest first of them all would sort every one (2.4 s for 1.5M). So each
-// state and queue gives its newest Limit rowids, in index order, and the
-// page is the newest Limit of those.
-func (s *Store) listByState(ctx context.Context, f ListFilter) ([]*Task, error) {
-	queues := []string{f.Queue}
-	if f.Queue == "" {
-		var err error
-		if queues, err = queryIDs(ctx, s.DB.SQL, `SELECT name FROM queues`); err != nil {
-			return nil, err
-		}
-	}
-	var rowids []int64
-	for _, st := range f.States {
-		for _, q := range queues {
-			rows, err := s.DB.SQL.QueryContext(ctx, `SELECT rowid FROM tasks WHERE state = ? AND queue = ? ORDER BY rowid DESC LIMIT ?`, st, q, f.Limit)
-			if err != nil {
-				return nil, err
-			}
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				rowids = append(rowids, id)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	slices.Sort(rowids)
-	rowids = slices.Compact(rowids) // a state given twice
-	slices.Reverse(rowids)
-	rowids = rowids[:min(len(rowids), f.Limit)]
-	if len(rowids) == 0 {
-		return nil, nil
-	}
-	args := make([]any, len(rowids))
-	for i, id := range rowids {
-		args[i] = id
-	}
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE rowid IN (`+
-		strings.TrimSuffix(strings.Repeat("?,", len(args)), ",")+`) ORDER BY rowid DESC`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Task
-	byID := map[string]*Task{}
-	for rows.Next() {
-		r, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		t := taskView(r)
-		out = append(out, t)
-		byID[t.ID] = t
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return out, s.fillAfter(ctx, byID)
-}
-
-// fillAfter loads the dependencies of the given tasks.
-func (s *Store) fillAfter(ctx context.Context, byID map[string]*Task) error {
-	if len(byID) == 0 {
-		return nil
-	}
-	// A page of tasks asks by id; a listing of everything reads the whole
-	// (small) dependency table instead of building a huge IN list.
-	q, args := `SELECT task_id, dep_id FROM task_deps ORDER BY task_id, pos`, []any(nil)
-	if len(byID) <= 500 {
-		for id := range byID {
-			args = append(args, id)
-		}
-		q = `SELECT task_id, dep_id FROM task_deps WHERE task_id IN (` +
-			strings.TrimSuffix(strings.Repeat("?,", len(args)), ",") + `) ORDER BY task_id, pos`
-	}
-	rows, err := s.DB.SQL.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var tid, dep string
-		if err := rows.Scan(&tid, &dep); err != nil {
-			return err
-		}
+// fillAfter loads the dependencies of the tasks ids, byID their views.
+func (s *Store) fillAfter(ctx context.Context, ids []string, byID map[string]*Task) error {
+	return s.st.TaskDependencies(ctx, ids, func(tid, dep string) {
 		if t := byID[tid]; t != nil {
 			t.After = append(t.After, dep)
 		}
-	}
-	return rows.Err()
+	})
 }
 
 // Get returns one task with its runs, oldest first.
@@ -373,12 +200,12 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := getTask(ctx, s.DB, id)
+	r, err := getTask(ctx, s.st, id)
 	if err != nil {
 		return nil, err
 	}
 	t := taskView(r)
-	if err := s.fillAfter(ctx, map[string]*Task{t.ID: t}); err != nil {
+	if err := s.fillAfter(ctx, []string{t.ID}, map[string]*Task{t.ID: t}); err != nil {
 		return nil, err
 	}
 	runs, err := s.Runs(ctx, t.ID)
@@ -395,95 +222,47 @@ type TaskStatus struct {
 	Reason *string
 }
 
-// taskStatusChunk bounds the ids of one TaskStatuses query.
-const taskStatusChunk = 500
-
 // TaskStatuses reads the state and reason of the tasks with these exact
-// ids, a few hundred per query; an id with no task is left out.
+// ids; an id with no task is left out.
 func (s *Store) TaskStatuses(ctx context.Context, ids []string) (map[string]TaskStatus, error) {
 	out := make(map[string]TaskStatus, len(ids))
-	for len(ids) > 0 {
-		n := min(len(ids), taskStatusChunk)
-		args := make([]any, n)
-		for i, id := range ids[:n] {
-			args[i] = id
-		}
-		ids = ids[n:]
-		rows, err := s.DB.SQL.QueryContext(ctx, `SELECT id, state, reason FROM tasks WHERE id IN (?`+strings.Repeat(`,?`, n-1)+`)`, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			var st TaskStatus
-			var reason sql.NullString
-			if err := rows.Scan(&id, &st.State, &reason); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			st.Reason = nsp(reason)
-			out[id] = st
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+	err := s.st.TaskStates(ctx, ids, func(id, state, reason string) {
+		out[id] = TaskStatus{State: state, Reason: strp(reason)}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-const runViewCols = `id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at, error, reason, created_at`
-
-func scanRunView(sc interface{ Scan(...any) error }) (Run, error) {
-	var r Run
-	var exit sql.NullInt64
-	var sig, worker, started, ended, errs, reason sql.NullString
-	if err := sc.Scan(&r.ID, &r.TaskID, &r.Attempt, &r.State, &exit, &sig, &worker, &started, &ended, &errs, &reason, &r.CreatedAt); err != nil {
-		return r, err
-	}
-	if exit.Valid {
-		v := int(exit.Int64)
-		r.ExitCode = &v
-	}
-	r.Signal, r.Worker, r.StartedAt, r.EndedAt = nsp(sig), nsp(worker), nsp(started), nsp(ended)
-	r.Error, r.Reason = nsp(errs), nsp(reason)
-	return r, nil
+// runOf is a run as cq prints it.
+func runOf(v *store.RunView) Run {
+	return Run{ID: v.ID, TaskID: v.TaskID, Attempt: v.Attempt, State: v.State, ExitCode: v.ExitCode,
+		Signal: strp(v.Signal), Worker: strp(v.Worker), StartedAt: strp(v.StartedAt), EndedAt: strp(v.EndedAt),
+		Error: strp(v.Error), Reason: strp(v.Reason), CreatedAt: v.CreatedAt}
 }
 
 // runView reads one run as cq prints it.
-func runView(ctx context.Context, q querier, runID string) (*Run, error) {
-	r, err := scanRunView(q.QueryRowContext(ctx, `SELECT `+runViewCols+` FROM runs WHERE id = ?`, runID))
+func runView(ctx context.Context, q store.Reader, runID string) (*Run, error) {
+	v, err := q.RunViewGet(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
+	r := runOf(v)
 	return &r, nil
 }
 
 // Runs returns a task's runs, oldest first.
 func (s *Store) Runs(ctx context.Context, taskID string) ([]Run, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT `+runViewCols+` FROM runs WHERE task_id = ? ORDER BY attempt`, taskID)
+	vs, err := s.st.RunViewList(ctx, taskID)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	runs := []Run{}
-	for rows.Next() {
-		r, err := scanRunView(rows)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, r)
+	runs := make([]Run, len(vs))
+	for i := range vs {
+		runs[i] = runOf(&vs[i])
 	}
-	return runs, rows.Err()
-}
-
-func nsp(n sql.NullString) *string {
-	if !n.Valid {
-		return nil
-	}
-	return &n.String
+	return runs, nil
 }
 
 // Event is one entry of the event log (docs/events.md).
@@ -499,60 +278,44 @@ type Event struct {
 	Data   json.RawMessage `json:"data"` // null when the event has none
 }
 
+// eventOf is an event as cq prints it, without its data.
+func eventOf(r *store.EventRecord) Event {
+	return Event{Seq: r.Seq, At: r.At, Kind: r.Kind, TaskID: strp(r.TaskID), RunID: strp(r.RunID),
+		From: strp(r.From), To: strp(r.To), Reason: strp(r.Reason)}
+}
+
 // Events returns up to limit events with seq > since, in seq order.
 func (s *Store) Events(ctx context.Context, since int64, limit int) ([]Event, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT seq, at, kind, task_id, run_id, from_state, to_state, reason, data
-		FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
+	var out []Event
+	err := s.st.EventList(ctx, since, limit, func(r *store.EventRecord) {
+		e := eventOf(r)
+		if r.Data != "" {
+			e.Data = json.RawMessage(r.Data)
+		}
+		out = append(out, e)
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var task, run, from, to, reason, data sql.NullString
-		if err := rows.Scan(&e.Seq, &e.At, &e.Kind, &task, &run, &from, &to, &reason, &data); err != nil {
-			return nil, err
-		}
-		e.TaskID, e.RunID, e.From, e.To, e.Reason = nsp(task), nsp(run), nsp(from), nsp(to), nsp(reason)
-		if data.Valid {
-			e.Data = json.RawMessage(data.String)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // LastSeq is the seq of the newest event, or 0.
 func (s *Store) LastSeq(ctx context.Context) (int64, error) {
-	return lastSeq(ctx, s.DB.SQL)
+	return s.st.EventLastSeq(ctx)
 }
 
-func lastSeq(ctx context.Context, q querier) (int64, error) {
-	var seq int64
-	err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq)
-	return seq, err
-}
-
-// TaskEvents returns every event of one task, in order.
+// TaskEvents returns every event of one task, in order (their data left
+// out).
 func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT seq, at, kind, task_id, run_id, from_state, to_state, reason, data
-		FROM events WHERE task_id = ? ORDER BY seq`, taskID)
+	var out []Event
+	err := s.st.EventListOfTask(ctx, taskID, func(r *store.EventRecord) {
+		out = append(out, eventOf(r))
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var task, run, from, to, reason, data sql.NullString
-		if err := rows.Scan(&e.Seq, &e.At, &e.Kind, &task, &run, &from, &to, &reason, &data); err != nil {
-			return nil, err
-		}
-		e.TaskID, e.RunID, e.From, e.To, e.Reason = nsp(task), nsp(run), nsp(from), nsp(to), nsp(reason)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // PromoteDue moves blocked tasks whose time has come (a retry backoff or a
@@ -560,13 +323,8 @@ func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) 
 // moved.
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	n := 0
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks
-			WHERE state = 'blocked' AND not_before IS NOT NULL AND not_before <= ? AND hold = 0 AND deps_left = 0 LIMIT 1000`, FormatTime(now))
-		if err != nil {
-			return err
-		}
-		due, err := scanTasks(rows)
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
+		due, err := tx.TaskDue(ctx, FormatTime(now))
 		if err != nil {
 			return err
 		}
@@ -583,7 +341,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 
 // promote moves blocked tasks that nothing blocks any more to todo, each
 // with the reason why(t), and returns how many moved.
-func promote(ctx context.Context, tx *sqlite.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
+func promote(ctx context.Context, tx store.Tx, now time.Time, ts []*taskRow, why func(*taskRow) string) (int, error) {
 	for i, t := range ts {
 		if err := casTask(ctx, tx, now, t, TaskTodo, "", why(t), todoNow(now)); err != nil {
 			return i, err
@@ -595,46 +353,51 @@ func promote(ctx context.Context, tx *sqlite.Tx, now time.Time, ts []*taskRow, w
 // HasRunnable reports, without taking the write lock, whether any task is
 // waiting at the head of a lane; a worker checks it before claiming.
 func (s *Store) HasRunnable(ctx context.Context) (bool, error) {
-	var one int
-	err := s.DB.SQL.QueryRowContext(ctx, `SELECT 1 FROM tasks INDEXED BY tasks_claim WHERE state = 'todo' AND lane_head = 1 LIMIT 1`).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	return s.st.TaskRunnableExists(ctx)
 }
 
 // NextDue is the earliest time a blocked task waits for (a backoff or a
 // schedule), if any.
 func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
-	var nb sql.NullString
-	err := s.DB.SQL.QueryRowContext(ctx, `SELECT MIN(not_before) FROM tasks WHERE state = 'blocked' AND not_before IS NOT NULL`).Scan(&nb)
-	if err != nil || !nb.Valid {
+	nb, err := s.st.TaskNextDue(ctx)
+	if err != nil || nb == "" {
 		return time.Time{}, false, err
 	}
-	return ParseStoredTime(nb.String), true, nil
+	return ParseStoredTime(nb), true, nil
 }
 
 // QueueTimeouts returns each queue's run time limit (0: none).
 func (s *Store) QueueTimeouts(ctx context.Context) (map[string]time.Duration, error) {
-	rows, err := s.DB.SQL.QueryContext(ctx, `SELECT name, timeout_ms FROM queues`)
+	out := map[string]time.Duration{}
+	err := s.st.QueueTimeouts(ctx, func(name string, ms int64) {
+		out[name] = time.Duration(ms) * time.Millisecond
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := map[string]time.Duration{}
-	for rows.Next() {
-		var name string
-		var ms int64
-		if err := rows.Scan(&name, &ms); err != nil {
-			return nil, err
-		}
-		out[name] = time.Duration(ms) * time.Millisecond
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // CancellingRuns returns the ids of this worker's runs that a user asked
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
-	return queryIDs(ctx, s.DB.SQL, sqlCancellingRuns, worker)
+	return s.st.RunCancellingIDs(ctx, worker)
+}
+
+// Leftovers for runs.go and sweep.go, whose statements move into the
+// store with their own areas: the run view's columns and scan, and the
+// last event seq on a querier.
+
+const runViewCols = sqlite.RunViewCols
+
+func scanRunView(sc interface{ Scan(...any) error }) (Run, error) {
+	var v store.RunView
+	if err := sqlite.ScanRunView(sc, &v); err != nil {
+		return Run{}, err
+	}
+	return runOf(&v), nil
+}
+
+func lastSeq(ctx context.Context, q querier) (int64, error) {
+	return sqlite.LastSeq(ctx, q)
 }

@@ -1038,8 +1038,9 @@ func TestBatchAllOrNothing(t *testing.T) {
 }
 
 // TestListByStateMatchesTheFullListing: a page of tasks in given states
-// (read per state and queue, see listByState) is exactly the head of the
-// full listing with the same filter, newest first.
+// (read per state and queue, see taskPageByState in internal/store/sqlite)
+// is exactly the head of the full listing with the same filter, newest
+// first.
 func TestListByStateMatchesTheFullListing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
