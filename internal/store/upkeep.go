@@ -10,10 +10,6 @@ type UpkeepReader interface {
 	// QueueList reads the settings of every queue, by name.
 	QueueList(ctx context.Context) ([]*Queue, error)
 
-	// SystemStateGet reads one system_state value; ok is false when the
-	// key was never set (or was deleted).
-	SystemStateGet(ctx context.Context, key string) (value string, ok bool, err error)
-
 	// TaskDepsWindow reads the dependency edges (one per dependent and
 	// dependency) whose dependent's id is above after (all of them for
 	// ""), in dependent id order, up to limit of them: it returns how
@@ -55,10 +51,6 @@ type UpkeepReader interface {
 	// and before before, after the run (after, afterID) in (ended_at, id)
 	// order, in that order.
 	RunEndedList(ctx context.Context, after, afterID, before string, limit int) ([]RunEnded, error)
-
-	// EventLastSeq is the seq of the newest event (those added in this
-	// transaction included), 0 when there is none.
-	EventLastSeq(ctx context.Context) (int64, error)
 
 	// FreePagesCount is how many pages of the database file are unused
 	// and could be given back to the file system (0 for a backend that

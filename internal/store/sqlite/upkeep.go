@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strconv"
 
 	"github.com/cq-dev/cq/internal/store"
@@ -16,15 +15,6 @@ import (
 func (r reads) QueueList(ctx context.Context) ([]*store.Queue, error) {
 	rows, err := r.q.QueryContext(ctx, `SELECT `+QueueCols+` FROM queues ORDER BY name`)
 	return scanAll(rows, err, ScanQueue)
-}
-
-func (r reads) SystemStateGet(ctx context.Context, key string) (string, bool, error) {
-	var v string
-	err := r.q.QueryRowContext(ctx, `SELECT value FROM system_state WHERE key = ?`, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return v, err == nil, err
 }
 
 func (t *Tx) SystemStateSet(ctx context.Context, key, value, at string) error {

@@ -170,18 +170,3 @@ func (t *Tx) EventSweep(ctx context.Context, lo, hi int64) (int, error) {
 	n, _ := res.RowsAffected()
 	return int(n), nil
 }
-
-func (r reads) EventLastSeq(ctx context.Context) (int64, error) {
-	var seq int64
-	err := r.q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&seq)
-	return seq, err
-}
-
-// EventLastSeq in a transaction counts the events it added: they are
-// written first.
-func (t *Tx) EventLastSeq(ctx context.Context) (int64, error) {
-	if err := t.Flush(); err != nil {
-		return 0, err
-	}
-	return t.reads.EventLastSeq(ctx)
-}
