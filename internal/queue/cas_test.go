@@ -161,7 +161,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		}
 		// The caller read the run queued, and asks queued → cancelled.
 		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
-			return casRun(e.ctx, tx, now, c.RunID, c.TaskID, RunQueued, RunCancelled, "stale", `ended_at = ?`, FormatTime(now))
+			return casRun(e.ctx, tx, now, c.RunID, c.TaskID, RunQueued, RunCancelled, "stale", FormatTime(now))
 		})
 	})
 

@@ -2,15 +2,12 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // Created is the outcome of creating one spec.
@@ -60,9 +57,12 @@ const ProgressEvery = 256
 // must be normalised already; an --after id must be exact.
 func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]Created, error) {
 	out := make([]Created, 0, len(specs))
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	// s.st.Write rather than s.write: the callback escapes through the
+	// store's interface, and one closure fewer is one allocation fewer
+	// per call.
+	err := s.st.Write(ctx, func(tx store.Tx) error {
 		out = out[:0]
-		c := newCreator(tx, now)
+		c := newCreator(tx, s.now())
 		// A failed flush is charged to the first line it carried.
 		flush := func() error {
 			if err := c.flush(ctx); err != nil {
@@ -112,8 +112,13 @@ func (s *Store) Create(ctx context.Context, specs []Spec, opt CreateOptions) ([]
 
 // creator carries per-transaction caches for a run of creates.
 type creator struct {
-	tx     *sqlite.Tx
-	now    time.Time
+	tx  store.Tx
+	now time.Time
+	// ts is now as stored.
+	ts string
+	// queue and queues are the queues ensured in this transaction: the
+	// first in queue, so that a batch of one queue needs no map.
+	queue  string
 	queues map[string]bool
 	// pending are created-and-enqueued tasks not written yet (see flush);
 	// pendingLine is the batch line of the first of them.
@@ -123,8 +128,7 @@ type creator struct {
 	bulk bool
 }
 
-// bulkRows is how many tasks one flush writes with one statement per
-// table: 256 tasks are 768 rows and under 3,000 bound values.
+// bulkRows is how many tasks wait in pending before a flush writes them.
 const bulkRows = 256
 
 // noBulk turns the bulk path off (tests compare both paths).
@@ -139,119 +143,56 @@ func (c *creator) bulkable(sp Spec, enqueue bool) bool {
 }
 
 // flush writes the pending tasks and their two events each (created into
-// inbox, then the gateway step) with one multi-row INSERT into events and
-// one into tasks: the same rows, in the same order, as createEnqueued
-// writes one by one, for a fraction of the statements and bound values.
-// Events get consecutive seqs in VALUES order (AUTOINCREMENT under the
-// write lock), so each task's seq, its gateway event's, is computed from
-// the last one.
+// inbox, then the gateway step) at once: the same rows, in the same
+// order, as createEnqueued writes one by one, for a fraction of the
+// statements.
 func (c *creator) flush(ctx context.Context) error {
-	n := len(c.pending)
-	if n == 0 {
+	if len(c.pending) == 0 {
 		return nil
 	}
 	defer func() { c.pending = c.pending[:0] }()
-	ts := FormatTime(c.now)
-	q := bulkQueries(n)
-	args := make([]any, 0, 1+bulkTaskArgs*n)
-	args = append(args, ts)
-	for _, t := range c.pending {
-		args = append(args, t.ID, t.State)
+	return c.tx.TaskCreateEnqueuedBatch(ctx, c.pending, c.ts)
+}
+
+func newCreator(tx store.Tx, now time.Time) *creator {
+	return &creator{tx: tx, now: now, ts: FormatTime(now)}
+}
+
+// ensureQueue records that a queue exists, once per transaction.
+func (c *creator) ensureQueue(ctx context.Context, name string) error {
+	if name == c.queue || c.queues[name] {
+		return nil
 	}
-	if err := c.tx.Flush(); err != nil {
+	if err := ensureQueue(ctx, c.tx, c.now, name); err != nil {
 		return err
 	}
-	res, err := c.tx.ExecMany(ctx, q.events, args...)
-	if err != nil {
-		return err
+	switch {
+	case c.queue == "":
+		c.queue = name
+	case c.queues == nil:
+		c.queues = map[string]bool{name: true}
+	default:
+		c.queues[name] = true
 	}
-	last, err := res.LastInsertId()
-	if err != nil {
-		return err
-	}
-	args = args[:1]
-	for i, t := range c.pending {
-		var todoAt any
-		if t.State == TaskTodo {
-			todoAt = ts
-		}
-		seq := last - int64(2*(n-1-i))
-		args = append(args, t.ID, t.State, t.Queue, t.Priority, seq, t.Spec, boolInt(t.Hold),
-			nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(t.BlockedReason), todoAt)
-	}
-	return c.tx.Run(q.tasks, args...)
+	return nil
 }
 
-// bulkTaskArgs is how many values flush binds per task in the tasks
-// INSERT (the time, ?1, is shared by every row of both statements).
-const bulkTaskArgs = 11
-
-// bulkSQL is the text of flush's two INSERTs for one number of tasks.
-type bulkSQL struct{ events, tasks string }
-
-var (
-	bulkMu    sync.Mutex
-	bulkCache = map[int]bulkSQL{}
-)
-
-// bulkQueries returns flush's statements for n tasks, built once per n
-// (almost always bulkRows, and the remainder of a batch): the same text
-// each time, so the connection's statement cache prepares it once. At
-// most 16 sizes are kept (about 40 KB of text each at bulkRows).
-func bulkQueries(n int) bulkSQL {
-	bulkMu.Lock()
-	defer bulkMu.Unlock()
-	if q, ok := bulkCache[n]; ok {
-		return q
-	}
-	var ev, tk strings.Builder
-	ev.WriteString(`INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES `)
-	tk.WriteString(`INSERT INTO tasks (id, state, queue, priority, seq, lane_head, spec, hold,
-		not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at) VALUES `)
-	for i := range n {
-		if i > 0 {
-			ev.WriteByte(',')
-			tk.WriteByte(',')
-		}
-		// Events: ?1 the time, then the task's id and state.
-		id, to := 2+2*i, 3+2*i
-		fmt.Fprintf(&ev, "(?1,'task.created',?%d,NULL,'inbox'),(?1,'task.'||?%d,?%d,'inbox',?%d)", id, to, id, to)
-		// Tasks: ?1 the time, then bulkTaskArgs values per task.
-		b := 2 + bulkTaskArgs*i
-		fmt.Fprintf(&tk, "(?%d,?%d,?%d,?%d,?%d,1,?%d,?%d,?%d,?%d,?%d,?%d,?1,?1)",
-			b, b+1, b+2, b+3, b+4, b+5, b+6, b+7, b+8, b+9, b+10)
-	}
-	q := bulkSQL{events: ev.String(), tasks: tk.String()}
-	if len(bulkCache) < 16 {
-		bulkCache[n] = q
-	}
-	return q
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func newCreator(tx *sqlite.Tx, now time.Time) *creator {
-	return &creator{tx: tx, now: now, queues: map[string]bool{}}
-}
+// forgetQueues forgets the queues ensured, after a rollback that may have
+// undone their rows.
+func (c *creator) forgetQueues() { c.queue, c.queues = "", nil }
 
 // create stores one normalised spec inside the creator's transaction.
 func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, error) {
 	tx, now := c.tx, c.now
 	canon := sp.Canonical()
 	if sp.ID != "" {
-		var spec, state string
-		err := tx.QueryRowContext(ctx, `SELECT spec, state FROM tasks WHERE id = ?`, sp.ID).Scan(&spec, &state)
+		spec, state, err := tx.TaskSpec(ctx, sp.ID)
 		switch {
 		case err == nil && SameSpec(spec, canon):
 			return Created{ID: sp.ID, State: state}, nil
 		case err == nil:
 			return Created{}, conflictf("task %s already exists with a different spec", sp.ID)
-		case !errors.Is(err, sql.ErrNoRows):
+		case !errors.Is(err, store.ErrNotFound):
 			return Created{}, err
 		}
 	} else {
@@ -260,9 +201,8 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 
 	depsLeft, deadDep := 0, false
 	for _, dep := range sp.After {
-		var state string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, dep).Scan(&state)
-		if errors.Is(err, sql.ErrNoRows) {
+		state, err := tx.TaskState(ctx, dep)
+		if errors.Is(err, store.ErrNotFound) {
 			return Created{}, notFoundf("--after: no task %q", dep)
 		}
 		if err != nil {
@@ -287,11 +227,8 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 		}
 	}
 
-	if !c.queues[sp.Queue] {
-		if err := ensureQueue(ctx, tx, now, sp.Queue); err != nil {
-			return Created{}, err
-		}
-		c.queues[sp.Queue] = true
+	if err := c.ensureQueue(ctx, sp.Queue); err != nil {
+		return Created{}, err
 	}
 
 	prio, _ := ParsePriority(sp.Priority)
@@ -306,18 +243,11 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	if enqueue && !deadDep {
 		return c.createEnqueued(ctx, t, sp.After)
 	}
-	ts := FormatTime(now)
-	_, err := tx.ExecContext(ctx, `INSERT INTO tasks (id, state, queue, key, priority, spec, is_unique, hold, deps_left,
-		not_before, not_before_why, created_at, updated_at) VALUES (?, 'inbox', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.ID, t.Queue, nullable(t.Key), t.Priority, t.Spec, t.Unique, t.Hold, t.DepsLeft,
-		nullable(t.NotBefore), nullable(t.NotBeforeWhy), ts, ts)
-	if err != nil {
+	if err := tx.TaskCreateInbox(ctx, *t, c.ts); err != nil {
 		return Created{}, err
 	}
-	for i, dep := range sp.After {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO task_deps (task_id, dep_id, pos) VALUES (?, ?, ?)`, t.ID, dep, i); err != nil {
-			return Created{}, err
-		}
+	if err := tx.TaskDepsAdd(ctx, t.ID, sp.After); err != nil {
+		return Created{}, err
 	}
 	if err := addEvent(ctx, tx, now, event{Kind: "task.created", TaskID: t.ID, To: TaskInbox}); err != nil {
 		return Created{}, err
@@ -336,8 +266,8 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 }
 
 // createEnqueued is create-and-enqueue in one step, the common case (no
-// dependency already failed): the task row is written once, in its final
-// state, after the two events that record the path (created into inbox,
+// dependency already failed): the task is stored once, in its final
+// state, with the two events that record the path (created into inbox,
 // then the gateway step), instead of an insert followed by a CAS update.
 // The result is the same row and the same events as creating into inbox
 // and then enqueueing.
@@ -348,8 +278,11 @@ func (c *creator) createEnqueued(ctx context.Context, t *taskRow, after []string
 	if br != "" {
 		to = TaskBlocked
 	}
+	t.State, t.BlockedReason = to, br
+	if to == TaskTodo {
+		t.TodoAt = c.ts
+	}
 	if c.bulk {
-		t.State, t.BlockedReason = to, br
 		c.pending = append(c.pending, t)
 		return Created{ID: t.ID, State: to, New: true}, nil
 	}
@@ -357,38 +290,12 @@ func (c *creator) createEnqueued(ctx context.Context, t *taskRow, after []string
 	if err != nil {
 		return Created{}, err
 	}
-	// The task's seq is its gateway event's: the events pending are
-	// written first, then the two of this task in one statement.
-	if err := tx.Flush(); err != nil {
+	t.LaneHead = free
+	if err := tx.TaskCreateEnqueued(ctx, *t, c.ts); err != nil {
 		return Created{}, err
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO events (at, kind, task_id, from_state, to_state)
-		VALUES (?1, 'task.created', ?2, NULL, 'inbox'), (?1, 'task.' || ?3, ?2, 'inbox', ?3)`,
-		FormatTime(now), t.ID, to)
-	if err != nil {
+	if err := tx.TaskDepsAdd(ctx, t.ID, after); err != nil {
 		return Created{}, err
-	}
-	seq, err := res.LastInsertId()
-	if err != nil {
-		return Created{}, err
-	}
-	var todoAt any
-	if to == TaskTodo {
-		todoAt = FormatTime(now)
-	}
-	ts := FormatTime(now)
-	_, err = tx.ExecContext(ctx, `INSERT INTO tasks (id, state, queue, key, priority, seq, lane_head, spec, is_unique, hold,
-		deps_left, not_before, not_before_why, blocked_reason, todo_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.ID, to, t.Queue, nullable(t.Key), t.Priority, seq, free, t.Spec, t.Unique, t.Hold,
-		t.DepsLeft, nullable(t.NotBefore), nullable(t.NotBeforeWhy), nullable(br), todoAt, ts, ts)
-	if err != nil {
-		return Created{}, err
-	}
-	for i, dep := range after {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO task_deps (task_id, dep_id, pos) VALUES (?, ?, ?)`, t.ID, dep, i); err != nil {
-			return Created{}, err
-		}
 	}
 	return Created{ID: t.ID, State: to, New: true}, nil
 }

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,20 +10,19 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // TaskSpec returns a task's full id and its stored spec (without its id),
 // the spec cq clone starts from.
 func (s *Store) TaskSpec(ctx context.Context, ref string) (string, Spec, error) {
 	var sp Spec
-	id, err := resolve(ctx, s.DB.SQL, ref)
+	id, err := resolve(ctx, s.st, ref)
 	if err != nil {
 		return "", sp, err
 	}
-	var raw string
-	err = s.DB.SQL.QueryRowContext(ctx, `SELECT spec FROM tasks WHERE id = ?`, id).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
+	raw, _, err := s.st.TaskSpec(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return "", sp, notFoundf("no task %q", ref)
 	}
 	if err != nil {
@@ -47,7 +45,7 @@ func (s *Store) TaskSpec(ctx context.Context, ref string) (string, Spec, error) 
 // stands in is fixed once it passed the gateway step.
 func (s *Store) ChangeTask(ctx context.Context, ref string, edit func(Spec) (Spec, error)) (string, string, []string, error) {
 	var changed []string
-	id, state, err := s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	id, state, err := s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		changed = nil
 		if t.State != TaskInbox && t.State != TaskTodo && t.State != TaskBlocked {
 			return refused(t, "change")
@@ -84,12 +82,12 @@ func (s *Store) ChangeTask(ctx context.Context, ref string, edit func(Spec) (Spe
 			}
 		}
 		prio, _ := ParsePriority(next.Priority)
-		res, err := tx.ExecContext(ctx, `UPDATE tasks SET spec = ?, queue = ?, priority = ?, updated_at = ? WHERE id = ? AND state = ?`,
-			next.Canonical(), next.Queue, prio, FormatTime(now), t.ID, t.State)
+		ok, err := tx.TaskChangeSpec(ctx, store.TaskSpecChange{ID: t.ID, From: t.State,
+			Spec: next.Canonical(), Queue: next.Queue, Priority: prio, At: FormatTime(now)})
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
+		if !ok {
 			return conflictf("task %s changed state meanwhile; try again", t.ID)
 		}
 		return addEvent(ctx, tx, now, event{Kind: "task.changed", TaskID: t.ID, From: t.State, To: t.State, Data: diff})
@@ -182,7 +180,7 @@ type Retried struct {
 // retried.
 func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]Retried, error) {
 	var out []Retried
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		out = out[:0]
 		id, err := resolve(ctx, tx, ref)
 		if err != nil {
@@ -207,8 +205,8 @@ func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]
 				}
 				return err
 			}
-			var state string
-			if err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, tid).Scan(&state); err != nil {
+			state, err := tx.TaskState(ctx, tid)
+			if err != nil {
 				return err
 			}
 			out = append(out, Retried{ID: tid, State: state})
@@ -223,29 +221,14 @@ func (s *Store) RetryWithDependents(ctx context.Context, ref, reason string) ([]
 // A dependent counts when it is cancelled for a reason that names one of
 // these tasks (section 2's cascade writes "dependency ID failed" or
 // "dependency ID cancelled"); one cancelled by a user is left alone.
-func cancelledDependents(ctx context.Context, tx *sqlite.Tx, root string) ([]string, error) {
+func cancelledDependents(ctx context.Context, tx store.Reader, root string) ([]string, error) {
 	in := map[string]bool{root: true}
 	var found []string
 	for next := []string{root}; len(next) > 0; {
 		dep := next[0]
 		next = next[1:]
-		rows, err := tx.QueryContext(ctx, `SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-			WHERE d.dep_id = ? AND t.state = 'cancelled' AND t.reason IN (?, ?) ORDER BY t.seq, t.id`,
-			dep, "dependency "+dep+" failed", "dependency "+dep+" cancelled")
+		ids, err := tx.TaskDependentsCancelled(ctx, dep, "dependency "+dep+" failed", "dependency "+dep+" cancelled")
 		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, err
 		}
 		for _, id := range ids {
@@ -262,24 +245,15 @@ func cancelledDependents(ctx context.Context, tx *sqlite.Tx, root string) ([]str
 	waits := map[string]int{}
 	after := map[string][]string{}
 	for _, id := range found {
-		rows, err := tx.QueryContext(ctx, `SELECT dep_id FROM task_deps WHERE task_id = ?`, id)
+		deps, err := tx.TaskDependencies(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			var dep string
-			if err := rows.Scan(&dep); err != nil {
-				rows.Close()
-				return nil, err
-			}
+		for _, dep := range deps {
 			if in[dep] && dep != root {
 				waits[id]++
 				after[dep] = append(after[dep], id)
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
 		}
 	}
 	var order []string

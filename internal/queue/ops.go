@@ -2,52 +2,34 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/store"
-	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Resolve turns an id or a unique prefix of one into the full id. An exact
 // id wins over a prefix; an ambiguous prefix is an error (exit 1) listing
 // candidates.
 func (s *Store) Resolve(ctx context.Context, ref string) (string, error) {
-	return resolve(ctx, s.DB.SQL, ref)
+	return resolve(ctx, s.st, ref)
 }
 
-func resolve(ctx context.Context, q querier, ref string) (string, error) {
+func resolve(ctx context.Context, q store.Reader, ref string) (string, error) {
 	if ref == "" {
 		return "", invalidf("empty task id")
 	}
 	if !ValidID(ref) {
 		return "", notFoundf("no task %q", ref)
 	}
-	var id string
-	err := q.QueryRowContext(ctx, `SELECT id FROM tasks WHERE id = ?`, ref).Scan(&id)
-	if err == nil {
-		return id, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+	if ok, err := q.TaskExists(ctx, ref); err != nil {
 		return "", err
+	} else if ok {
+		return ref, nil
 	}
-	// Every id character is ASCII below '~', so ref + '~' bounds the range.
-	rows, err := q.QueryContext(ctx, `SELECT id FROM tasks WHERE id > ? AND id < ? ORDER BY id LIMIT 6`, ref, ref+"~")
+	ids, err := q.TaskIDsWithPrefix(ctx, ref, 6)
 	if err != nil {
-		return "", err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		if err := rows.Scan(&id); err != nil {
-			return "", err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
 		return "", err
 	}
 	switch len(ids) {
@@ -65,9 +47,9 @@ func resolve(ctx context.Context, q querier, ref string) (string, error) {
 
 // mutate resolves ref and runs fn on the task's current row in one write
 // transaction. It returns the task's id and the state it ended in.
-func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sqlite.Tx, now time.Time, t *taskRow) error) (string, string, error) {
+func (s *Store) mutate(ctx context.Context, ref string, fn func(tx store.Tx, now time.Time, t *taskRow) error) (string, string, error) {
 	var id, state string
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		var err error
 		id, err = resolve(ctx, tx, ref)
 		if err != nil {
@@ -80,7 +62,8 @@ func (s *Store) mutate(ctx context.Context, ref string, fn func(tx *sqlite.Tx, n
 		if err := fn(tx, now, t); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, id).Scan(&state)
+		state, err = tx.TaskState(ctx, id)
+		return err
 	})
 	return id, state, err
 }
@@ -96,12 +79,12 @@ func refused(t *taskRow, what string) error {
 // Enqueue is the gateway step: an inbox task goes to todo, or blocked if
 // something blocks it. It returns the full id and the new state.
 func (s *Store) Enqueue(ctx context.Context, ref string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		return enqueueTask(ctx, tx, now, t, "")
 	})
 }
 
-func enqueueTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
+func enqueueTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string) error {
 	if t.State != TaskInbox {
 		return refused(t, "enqueue")
 	}
@@ -116,12 +99,12 @@ func (s *Store) Cancel(ctx context.Context, ref, reason string) (string, string,
 	if reason == "" {
 		reason = "cancelled by user"
 	}
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		return cancelByUser(ctx, tx, now, t, reason, s.StopCancelled)
 	})
 }
 
-func cancelByUser(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
+func cancelByUser(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
 	switch t.State {
 	case TaskInbox, TaskTodo, TaskBlocked:
 		return cancelTask(ctx, tx, now, t, reason)
@@ -135,15 +118,13 @@ func cancelByUser(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow,
 // started is cancelled outright with its task (stop, if set, is then told
 // of it before the commit; see Store.StopCancelled); a running one goes to
 // cancelling for its worker to confirm; one already cancelling is left.
-func cancelDoing(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
-	var runID, state string
-	err := tx.QueryRowContext(ctx, `SELECT id, state FROM runs WHERE task_id = ? AND `+liveRuns+`
-		ORDER BY attempt DESC LIMIT 1`, t.ID).Scan(&runID, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return conflictf("task %s is doing but has no live run; try again", t.ID)
-	}
+func cancelDoing(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string, stop func(Reaped)) error {
+	runID, state, err := tx.RunLiveOfTask(ctx, t.ID)
 	if err != nil {
 		return err
+	}
+	if runID == "" {
+		return conflictf("task %s is doing but has no live run; try again", t.ID)
 	}
 	switch state {
 	case RunCancelling:
@@ -151,7 +132,7 @@ func cancelDoing(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, 
 	case RunRunning:
 		return casRun(ctx, tx, now, runID, t.ID, RunRunning, RunCancelling, reason, "")
 	default: // queued
-		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, `ended_at = ?`, FormatTime(now)); err != nil {
+		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, FormatTime(now)); err != nil {
 			return err
 		}
 		if stop != nil {
@@ -165,22 +146,18 @@ func cancelDoing(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, 
 	}
 }
 
-// casRun moves a run from one state to another and records the event.
-func casRun(ctx context.Context, tx *sqlite.Tx, now time.Time, runID, taskID, from, to, reason, set string, args ...any) error {
-	q := `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
-	if set != "" {
-		q += `, ` + set
-	}
-	q += ` WHERE id = ? AND state = ?`
-	all := append([]any{to, nullable(reason)}, args...)
-	all = append(all, runID, from)
-	res, err := tx.ExecContext(ctx, q, all...)
+// casRun moves a run from one state to another, stamping its end
+// (endedAt, unless ""), and records the event.
+func casRun(ctx context.Context, tx store.Tx, now time.Time, runID, taskID, from, to, reason, endedAt string) error {
+	ok, err := tx.RunCancelStep(ctx, store.RunCancel{ID: runID, From: from, To: to, Reason: reason, EndedAt: endedAt})
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if !ok {
 		var cur string
-		_ = tx.QueryRowContext(ctx, `SELECT state FROM runs WHERE id = ?`, runID).Scan(&cur)
+		if r, err := tx.RunGet(ctx, runID); err == nil {
+			cur = r.State
+		}
 		return conflictf("run %s is %s, not %s", runID, cur, from)
 	}
 	return addEvent(ctx, tx, now, event{Kind: "run." + to, TaskID: taskID, RunID: runID, From: from, To: to, Reason: reason})
@@ -191,12 +168,12 @@ func casRun(ctx context.Context, tx *sqlite.Tx, now time.Time, runID, taskID, fr
 // The task's reason becomes the hold's, so cq show says why it is held;
 // a release replaces it with the release's (or none).
 func (s *Store) Hold(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		return holdTask(ctx, tx, now, t, reason)
 	})
 }
 
-func holdTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
+func holdTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskInbox, TaskBlocked:
 		if t.Hold {
@@ -233,12 +210,12 @@ func casSame(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, kind, 
 // Release removes a task's hold. A blocked task with nothing else blocking
 // it goes to todo.
 func (s *Store) Release(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		return releaseTask(ctx, tx, now, t, reason)
 	})
 }
 
-func releaseTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
+func releaseTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string) error {
 	if !t.Hold || (t.State != TaskInbox && t.State != TaskBlocked) {
 		if t.State == TaskInbox || t.State == TaskBlocked || t.State == TaskTodo {
 			return conflictf("cannot release task %s: it is %s without a hold", t.ID, t.State)
@@ -262,12 +239,12 @@ func releaseTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, 
 // (or blocked if a hold or an unmet dependency remains), at the back of its
 // key lane; blocked only by a retry backoff or a schedule → todo now.
 func (s *Store) Retry(ctx context.Context, ref, reason string) (string, string, error) {
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		return retryTask(ctx, tx, now, t, reason)
 	})
 }
 
-func retryTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, reason string) error {
+func retryTask(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reason string) error {
 	switch t.State {
 	case TaskFailed, TaskCancelled:
 		if dep, why, err := deadDependency(ctx, tx, t.ID); err != nil {
@@ -284,20 +261,18 @@ func retryTask(ctx context.Context, tx *sqlite.Tx, now time.Time, t *taskRow, re
 				return &Error{Kind: Conflict, Existing: h.ID, ExistingState: h.State, Msg: fmt.Sprintf("cannot retry task %s: key %q is held by task %s (--unique)", t.ID, t.Key, h.ID)}
 			}
 		}
-		var left int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_deps d JOIN tasks t ON t.id = d.dep_id
-			WHERE d.task_id = ? AND t.state != 'done'`, t.ID).Scan(&left); err != nil {
+		left, err := tx.TaskDepsNotDone(ctx, t.ID)
+		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET deps_left = ?, not_before = NULL, not_before_why = NULL,
-			fails_other = 0, fails_transient = 0, fails_timeout = 0 WHERE id = ? AND state = ?`, left, t.ID, t.State); err != nil {
+		if err := tx.TaskRetryReset(ctx, t.ID, t.State, left); err != nil {
 			return err
 		}
 		t.DepsLeft, t.NotBefore, t.NotBeforeWhy = left, "", ""
 		if reason == "" {
 			reason = "retried by user"
 		}
-		_, err := enterLane(ctx, tx, now, t, reason, true)
+		_, err = enterLane(ctx, tx, now, t, reason, true)
 		return err
 	case TaskBlocked:
 		if t.Hold || t.DepsLeft > 0 || t.NotBefore == "" {
@@ -324,7 +299,7 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 	if !ValidTaskState(target) {
 		return "", "", invalidf("unknown state %q (want one of %s)", target, strings.Join(TaskStates, ", "))
 	}
-	return s.mutate(ctx, ref, func(tx *sqlite.Tx, now time.Time, t *taskRow) error {
+	return s.mutate(ctx, ref, func(tx store.Tx, now time.Time, t *taskRow) error {
 		var err error
 		switch target {
 		case TaskTodo:
@@ -352,8 +327,8 @@ func (s *Store) SetState(ctx context.Context, ref, target, reason string) (strin
 		if err != nil {
 			return err
 		}
-		var state string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, t.ID).Scan(&state); err != nil {
+		state, err := tx.TaskState(ctx, t.ID)
+		if err != nil {
 			return err
 		}
 		if state != target && !SetStatePending(target, state) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/spool"
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // SpoolLine validates one spool line and returns its normalised spec. A
@@ -36,18 +36,18 @@ func (s *Store) DrainSpool(ctx context.Context, home string) (int, error) {
 // then answers at once instead of queueing behind a long write.
 func (s *Store) DrainSpoolWithin(ctx context.Context, home string, wait time.Duration) (int, bool, error) {
 	n, ok, err := spool.DrainWithin(home, s.Now, wait, s.storeSpooled(ctx, wait))
-	if errors.Is(err, sqlite.ErrBusy) {
+	if errors.Is(err, store.ErrBusy) {
 		return 0, false, nil
 	}
 	return n, ok, err
 }
 
 // storeSpooled stores spooled lines in one transaction; a wait above 0
-// bounds its wait for the write lock (sqlite.ErrBusy past it).
+// bounds its wait for the write lock (store.ErrBusy past it).
 func (s *Store) storeSpooled(ctx context.Context, wait time.Duration) func(lines [][]byte) ([]spool.Reject, error) {
 	return func(lines [][]byte) ([]spool.Reject, error) {
 		var rejects []spool.Reject
-		body := func(tx *sqlite.Tx) error {
+		body := func(tx store.Tx) error {
 			now := s.now()
 			rejects = rejects[:0]
 			c := newCreator(tx, now)
@@ -67,9 +67,9 @@ func (s *Store) storeSpooled(ctx context.Context, wait time.Duration) func(lines
 		}
 		var err error
 		if wait > 0 {
-			err = s.DB.WriteWithin(ctx, wait, body)
+			err = s.st.WriteWithin(ctx, wait, body)
 		} else {
-			err = s.DB.Write(ctx, body)
+			err = s.st.Write(ctx, body)
 		}
 		return rejects, err
 	}
@@ -86,7 +86,7 @@ func createSaved(ctx context.Context, c *creator, sp Spec) error {
 			return rerr
 		}
 		// The rolled-back writes may include a queue row the cache counted.
-		c.queues = map[string]bool{}
+		c.forgetQueues()
 		_ = c.tx.Release("spool_line")
 		return err
 	}
