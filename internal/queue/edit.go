@@ -245,7 +245,7 @@ func cancelledDependents(ctx context.Context, tx store.Reader, root string) ([]s
 	waits := map[string]int{}
 	after := map[string][]string{}
 	for _, id := range found {
-		deps, err := tx.TaskDependencies(ctx, id)
+		deps, err := tx.TaskDepsOf(ctx, id)
 		if err != nil {
 			return nil, err
 		}

@@ -26,9 +26,9 @@ type IntakeReader interface {
 	// stored and not done; one deleted since (by cleanup) is not counted.
 	// 0 for a task without dependencies or no such task.
 	TaskDepsNotDone(ctx context.Context, id string) (int, error)
-	// TaskDependencies lists the ids id waits on (its --after), stored or
+	// TaskDepsOf lists the ids id waits on (its --after), stored or
 	// deleted since, in any order; none for a task without dependencies.
-	TaskDependencies(ctx context.Context, id string) ([]string, error)
+	TaskDepsOf(ctx context.Context, id string) ([]string, error)
 	// TaskDependentsCancelled lists the stored tasks that wait on dep and
 	// are cancelled with reason exactly reasonA or reasonB, ordered by
 	// seq, then id; none is an empty list.

@@ -61,7 +61,7 @@ func (r reads) TaskDepsNotDone(ctx context.Context, id string) (int, error) {
 	return left, err
 }
 
-func (r reads) TaskDependencies(ctx context.Context, id string) ([]string, error) {
+func (r reads) TaskDepsOf(ctx context.Context, id string) ([]string, error) {
 	return queryStrings(ctx, r.q, `SELECT dep_id FROM task_deps WHERE task_id = ?`, id)
 }
 
