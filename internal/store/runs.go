@@ -205,7 +205,8 @@ type RunReader interface {
 
 	// CompletionTasks reads up to limit tasks whose id starts with
 	// prefix ("" for any), for shell completion: the tasks not yet
-	// terminal first, then the terminal ones, each group newest first
+	// terminal (inbox, todo, blocked, doing) first, then the terminal
+	// ones (done, failed, cancelled), each group newest first
 	// (latest stored first). Each of its reads stops after a bounded
 	// number of rows: a prefix matching fewer than narrow tasks may be
 	// read whole and sorted, a wider one must not.
@@ -230,8 +231,9 @@ type RunWriter interface {
 	// did not apply, having changed nothing.
 	RunStart(ctx context.Context, s RunStart) (taskID string, err error)
 	// RunsStart is RunStart of each of starts, at once: it sets the
-	// TaskID of each start it applied, and leaves the others' "". A run
-	// given twice starts once, at its first start.
+	// TaskID of each start it applied, and leaves the others' "" (every
+	// TaskID is "" when given). A run given twice starts once, at its
+	// first start.
 	RunsStart(ctx context.Context, starts []RunStart) error
 
 	// RunUpdate applies u if the run still matches it (see RunUpdate) and
