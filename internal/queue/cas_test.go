@@ -174,7 +174,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
-			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", `ended_at = ?`, FormatTime(now))
+			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})
 
@@ -186,7 +186,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		// No operation hands a live run a new token; a takeover would.
 		e.exec(`UPDATE runs SET lease_token = 'taken-over' WHERE id = ?`, c.RunID)
 		e.lostCAS("lease lost", func(tx *sqlite.Tx, now time.Time) error {
-			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", `ended_at = ?`, FormatTime(now))
+			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})
 
@@ -202,10 +202,10 @@ func TestLostCASChangesNothing(t *testing.T) {
 		ln := e.st.leaseNow(e.now)
 		stale.reapAt = &ln
 		// Renewed in time by a clock the reaper's read did not see.
-		wall, _, until := ln.lease(time.Minute)
-		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, wall, until, c.RunID)
+		l := ln.grant(time.Minute)
+		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, l.Expires, l.UntilNS, c.RunID)
 		e.lostCAS("lease was renewed meanwhile", func(tx *sqlite.Tx, now time.Time) error {
-			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", `ended_at = ?`, FormatTime(now))
+			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})
 }

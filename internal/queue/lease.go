@@ -1,18 +1,21 @@
 package queue
 
 import (
+	"context"
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // leaseNow is the instant at which a transaction writes and judges leases.
 // A lease expires on the host's boot-time clock, never on the wall clock,
 // so that a step of the wall clock, forward or back, neither expires a
 // healthy lease nor stores an expiry that comes early once the clock is
-// set right. Every statement that writes or judges a lease's expiry, or
-// the start timeout, takes its values from here: a backend whose leases
-// follow another clock (a database server's) changes this one place.
+// set right. Every operation that writes or judges a lease's expiry, or
+// the start timeout, takes its values from here (the rules the store
+// applies to them are store.Lease's): a backend whose leases follow
+// another clock (a database server's) changes this one place.
 type leaseNow struct {
 	wall time.Time      // the transaction's wall time
 	boot clock.BootTime // ID "": no boot clock, leases fall back to wall
@@ -27,58 +30,58 @@ func (s *Store) leaseNow(wall time.Time) leaseNow {
 	return n
 }
 
-// The lease conditions, on a runs row. A run with a boot id is judged on
-// that boot's clock, and a lease of another boot expired with it (the
-// host rebooted); a run without one (claimed by a cq before the boot
-// clock, or where no boot id can be read), or any run when this process
-// has no boot clock, is judged by its wall-clock expiry as before. Each
-// takes leaseNow.args.
-const (
-	sqlLeaseExpired = `(CASE WHEN boot_id IS NULL OR ? IS NULL THEN lease_expires_at < ?
-		ELSE boot_id != ? OR lease_until_ns < ? END)`
-	sqlLeaseValid = `(CASE WHEN boot_id IS NULL OR ? IS NULL THEN lease_expires_at > ?
-		ELSE boot_id = ? AND lease_until_ns > ? END)`
-	// sqlStartedLate holds for a queued run claimed before the instant
-	// of startLateArgs: on the boot clock when it was claimed on this
-	// boot, else by its wall-clock creation.
-	sqlStartedLate = `(CASE WHEN boot_id = ? AND claimed_ns IS NOT NULL THEN claimed_ns < ? ELSE created_at < ? END)`
-)
-
-// args are the values sqlLeaseExpired and sqlLeaseValid take.
-func (n leaseNow) args() []any {
-	id := nullable(n.boot.ID)
-	return []any{id, FormatTime(n.wall), id, int64(n.boot.Since)}
+// clock is n as the store judges leases at it.
+func (n leaseNow) clock() store.LeaseClock {
+	return store.LeaseClock{Wall: FormatTime(n.wall), BootID: n.boot.ID, BootNS: int64(n.boot.Since)}
 }
 
-// startLateArgs are sqlStartedLate's values for runs claimed more than
-// limit ago.
-func (n leaseNow) startLateArgs(limit time.Duration) []any {
-	return []any{nullable(n.boot.ID), int64(n.boot.Since - limit), FormatTime(n.wall.Add(-limit))}
-}
-
-// lease is what a claim or a renewal stores for a lease of ttl from n:
-// the wall-clock equivalent of its expiry, the boot id and the expiry on
-// that boot's clock (both nil without a boot clock).
-func (n leaseNow) lease(ttl time.Duration) (wall string, bootID, until any) {
-	wall = FormatTime(n.wall.Add(ttl))
-	if n.boot.ID == "" {
-		return wall, nil, nil
+// grant is what a claim or a renewal stores for a lease of ttl from n:
+// the wall-clock equivalent of its expiry, and the boot id and the expiry
+// on that boot's clock (none without a boot clock).
+func (n leaseNow) grant(ttl time.Duration) store.Lease {
+	l := store.Lease{Expires: FormatTime(n.wall.Add(ttl))}
+	if n.boot.ID != "" {
+		l.BootID, l.UntilNS = n.boot.ID, int64(n.boot.Since+ttl)
 	}
-	return wall, n.boot.ID, int64(n.boot.Since + ttl)
+	return l
 }
 
-// claimedAt is the claim's reading of the boot clock (nil without one).
-func (n leaseNow) claimedAt() any {
-	if n.boot.ID == "" {
-		return nil
-	}
-	return int64(n.boot.Since)
-}
+// claimedAt is the claim's reading of the boot clock (the store keeps it
+// only with a boot id).
+func (n leaseNow) claimedAt() int64 { return int64(n.boot.Since) }
 
-// expired is sqlLeaseExpired for a run as read.
+// expired is store.Lease's rule of expiry for a run as read.
 func (n leaseNow) expired(r *runRow) bool {
 	if r.BootID == "" || n.boot.ID == "" {
 		return r.LeaseExpires != "" && r.LeaseExpires < FormatTime(n.wall)
 	}
 	return r.BootID != n.boot.ID || r.LeaseUntil < int64(n.boot.Since)
+}
+
+// Renewal is what a lease renewal learns.
+type Renewal struct {
+	State   string // the run's state now: a worker sees cancelling here
+	Expires time.Time
+}
+
+// RenewLease extends a live run's lease by ttl from now, by
+// compare-and-expire: the token must match and the lease must not have
+// expired. A refusal means the worker has lost the run.
+func (s *Store) RenewLease(ctx context.Context, runID, token string, ttl time.Duration) (Renewal, error) {
+	var out Renewal
+	// s.st.Write: see ClaimN.
+	err := s.st.Write(ctx, func(tx store.Tx) error {
+		now := s.now()
+		ln := s.leaseNow(now)
+		st, err := tx.RunLeaseRenew(ctx, runID, token, ln.grant(ttl), ln.clock())
+		if err != nil {
+			return err
+		}
+		if st == "" {
+			return fenced(runID)
+		}
+		out = Renewal{State: st, Expires: now.Add(ttl)}
+		return nil
+	})
+	return out, err
 }

@@ -23,36 +23,10 @@ func TestLiveRunQueriesUseTheLiveIndex(t *testing.T) {
 		args []any
 	}{
 		"queued too long": {sqlQueuedTooLong, []any{"q", "b", 1, "x"}},
-		"expired leases":  {sqlExpiredLeases, []any{"b", "x", "b", 1}},
-		"queue live":      {sqlQueueLive, []any{"q"}},
-		"live on host":    {sqlLiveRunsOnHost, []any{"h"}},
 	} {
 		if plan := queryPlan(t, d.SQL, q.sql, q.args...); !strings.Contains(plan, "USING INDEX runs_live") {
 			t.Errorf("%s does not read runs_live:\n%s", name, plan)
 		}
-	}
-}
-
-// TestCastBindingsKeepThePlan: the statements that bind CAST(? AS TEXT)
-// (see sqlAdvanceLane) have the plan they had with a bare ?, and the
-// claim reads the tasks_claim index without sorting.
-func TestCastBindingsKeepThePlan(t *testing.T) {
-	t.Parallel()
-	d := planStore(t)
-	plan := func(q string) string { t.Helper(); return boundPlan(t, d, q) }
-	for name, q := range map[string]string{
-		"claim head": sqlClaimHeads + "1",
-	} {
-		if !strings.Contains(q, "CAST(? AS TEXT)") {
-			t.Errorf("%s does not bind CAST(? AS TEXT)", name)
-		}
-		got, bare := plan(q), plan(strings.ReplaceAll(q, "CAST(? AS TEXT)", "?"))
-		if got != bare {
-			t.Errorf("%s: plan\n%swith a bare ?:\n%s", name, got, bare)
-		}
-	}
-	if p := plan(sqlClaimHeads + "4"); !strings.Contains(p, "USING INDEX tasks_claim (queue=?)") || strings.Contains(p, "TEMP B-TREE") {
-		t.Errorf("claim head does not read tasks_claim in order:\n%s", p)
 	}
 }
 
@@ -118,30 +92,6 @@ func queryPlan(t *testing.T, d *sql.DB, q string, args ...any) string {
 		b.WriteString(detail + "\n")
 	}
 	return b.String()
-}
-
-// TestBatchedWritesFindRowsByID: the batched claim, start and end
-// statements find each row by its id, even where the planner's
-// statistics make tasks_state look selective (a store of a million tasks
-// of few states), never by scanning a table or a state's index.
-func TestBatchedWritesFindRowsByID(t *testing.T) {
-	t.Parallel()
-	d := planStore(t)
-	skewedStats(t, d)
-	for name, c := range map[string]struct {
-		sql, want string
-	}{
-		"claim tasks": {claimTasksSQL.get(3), "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
-		"start runs":  {startRunsSQL.get(3), "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (id=?)"},
-		"end runs":    {endRunsSQL.get(3), "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (id=?)"},
-		"done tasks":  {doneTasksSQL.get(3), "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)"},
-	} {
-		plan := boundPlan(t, d, c.sql)
-		if !strings.Contains(plan, c.want) || strings.Contains(plan, "SCAN tasks") || strings.Contains(plan, "SCAN runs") ||
-			strings.Contains(plan, "tasks_state") || strings.Contains(plan, "runs_live") {
-			t.Errorf("%s does not find its rows by id:\n%s", name, plan)
-		}
-	}
 }
 
 // TestMergeWindows: windows come out sorted, with those that overlap or

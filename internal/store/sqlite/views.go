@@ -13,11 +13,6 @@ import (
 // task listings, views_queues.go the queues and views_workers.go the
 // workers.
 
-// runsLive is the condition of the partial index runs_live, word for
-// word: a query that repeats it reads that small index, never the runs
-// table, which keeps every run until cleanup.
-const runsLive = `(state = 'queued' OR state = 'running' OR state = 'cancelling')`
-
 // sqlRunsCancelling lists a worker's runs a user asked to cancel: a
 // worker polls it every 250 ms, so it reads runs_live (see runsLive).
 const sqlRunsCancelling = `SELECT id FROM runs WHERE ` + runsLive + ` AND state = 'cancelling' AND worker = ?`
