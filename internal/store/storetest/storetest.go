@@ -113,13 +113,20 @@ func Open(t testing.TB) store.Store {
 // When $CQ_TEST_DB chooses another backend, t is skipped.
 func OpenSQLite(t testing.TB, dir string) *sqlite.DB {
 	t.Helper()
-	if b := Chosen(t); b.Name != sqliteName {
-		t.Skipf("needs SQLite's handle; $%s chooses %s", EnvDB, b.Name)
-	}
+	NeedSQLite(t)
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	return openSQLite(t, filepath.Join(dir, "cq.db"))
+}
+
+// NeedSQLite skips t unless $CQ_TEST_DB chooses SQLite: for a test that
+// needs SQLite's own handle, or builds a SQLite file itself.
+func NeedSQLite(t testing.TB) {
+	t.Helper()
+	if b := Chosen(t); b.Name != sqliteName {
+		t.Skipf("needs SQLite; $%s chooses %s", EnvDB, b.Name)
+	}
 }
 
 // ctx is the context of the suite's calls.
