@@ -44,7 +44,7 @@ type Schema struct {
 	TryOpen func(t testing.TB, addr string) (store.Store, error)
 	// Make turns the new database at addr (from New) into one at schema
 	// version v (1 ≤ v ≤ Latest), as the cq of that version left it,
-	// holding what KeptData describes.
+	// holding the kept data (see KeptID).
 	Make func(t testing.TB, addr string, v int)
 	// Version reads the schema version of the database at addr.
 	Version func(t testing.TB, addr string) int
@@ -56,12 +56,12 @@ type Schema struct {
 	Contents func(t testing.TB, addr string) string
 }
 
-// KeptData is what Schema.Make stores, in the schema of its version, for
-// the migration tests to find after migrating: a queue KeptID with
-// default settings; a task KeptID in it, done, priority 1, spec "{}",
-// created, updated and finished at KeptAt, no key, seq 2; its events
-// task.created (none to inbox) and task.done (inbox to done), both at
-// KeptAt; and the system_state value KeptID = "yes", set at KeptAt.
+// KeptID and KeptAt describe what Schema.Make stores, in the schema of
+// its version, for the migration tests to find after migrating: a queue
+// KeptID with default settings; a task KeptID in it, done, priority 1,
+// spec "{}", created, updated and finished at KeptAt, no key, seq 2; its
+// events task.created (none to inbox) and task.done (inbox to done), both
+// at KeptAt; and the system_state value KeptID = "yes", set at KeptAt.
 const (
 	KeptID = "kept"
 	KeptAt = "2020-01-02T03:04:05.000Z"
