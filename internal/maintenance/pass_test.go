@@ -23,6 +23,7 @@ import (
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 var hbT0 = time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
@@ -39,12 +40,8 @@ type hbEnv struct {
 func hbSetup(t *testing.T) *hbEnv {
 	t.Helper()
 	home := t.TempDir()
-	path := filepath.Join(home, "cq.db")
-	d, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := storetest.OpenSQLite(t, home)
+	path := d.Path
 	clk := clock.NewFake(hbT0)
 	st := queue.New(d)
 	st.Now = clk.Now
@@ -1030,6 +1027,7 @@ func TestCleanupLetsOtherWritersIn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a store of 60k tasks")
 	}
+	storetest.NeedSQLite(t)
 	path := filepath.Join(t.TempDir(), "cq.db")
 	benchBuild(t, path, 60_000, "expired")
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,12 +34,7 @@ func TestMain(m *testing.M) {
 
 func benchStore(b *testing.B) *queue.Store {
 	b.Helper()
-	d, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "cq.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
-	return queue.New(d)
+	return queue.New(storetest.OpenSQLite(b, ""))
 }
 
 func spec(b testing.TB, sp queue.Spec) queue.Spec {

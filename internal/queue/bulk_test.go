@@ -3,12 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // TestBulkCreateMatchesOneByOne: a batch written through the bulk path
@@ -56,11 +55,7 @@ func TestBulkCreateMatchesOneByOne(t *testing.T) {
 	run := func(bulk bool) ([]taskOut, []string) {
 		noBulk = !bulk
 		defer func() { noBulk = false }()
-		d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := storetest.OpenSQLite(t, "")
 		st := New(d)
 		st.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 		created, err := st.Create(context.Background(), specs, CreateOptions{Enqueue: true})

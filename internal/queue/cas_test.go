@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // casEnv is a store over a fresh database whose clock only moves when a
@@ -23,11 +23,7 @@ type casEnv struct {
 
 func casSetup(t *testing.T) *casEnv {
 	t.Helper()
-	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := storetest.OpenSQLite(t, "")
 	e := &casEnv{t: t, ctx: context.Background(), st: New(d), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	e.st.Now = func() time.Time { return e.now }
 	e.st.Boot = clock.Following(e.st.Now)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // Seeds live in testdata/fuzz/<FuzzName>/; the f.Add calls below add the
@@ -212,11 +212,7 @@ func FuzzSpoolDrain(f *testing.F) {
 	// and migrating a new one costs more than the drain, and the fuzzer
 	// runs (and minimises) thousands of inputs.
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(f.TempDir(), "cq.db"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = d.Close() })
+	d := storetest.OpenSQLite(f, "")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, table := range []string{"task_deps", "runs", "tasks", "events", "queues"} {
 			if _, err := d.SQL.ExecContext(ctx, `DELETE FROM `+table); err != nil {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // mntT0 is the tests' epoch.
@@ -35,11 +35,7 @@ type mntEnv struct {
 
 func mntSetup(t *testing.T) *mntEnv {
 	t.Helper()
-	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := storetest.OpenSQLite(t, "")
 	clk := cqclock.NewFake(mntT0)
 	st := queue.New(d)
 	st.Now = clk.Now
@@ -864,11 +860,8 @@ func TestCleanupSweepsOnlyTheEventsOfDeletedTasks(t *testing.T) {
 // event indexed by task in events_task) gets events_task_ends in its
 // place when opened, and a cleanup then deletes its old tasks' events.
 func TestCleanupAfterMigration7(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cq.db")
-	d, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := storetest.OpenSQLite(t, "")
+	path := d.Path
 	e := &mntEnv{t: t, st: queue.New(d), clk: cqclock.NewFake(mntT0), ctx: context.Background()}
 	e.st.Now = e.clk.Now
 	e.st.Boot = cqclock.Following(e.clk.Now)
@@ -885,7 +878,7 @@ func TestCleanupAfterMigration7(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d, err = sqlite.Open(context.Background(), path)
+	d, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

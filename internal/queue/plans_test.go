@@ -1,14 +1,13 @@
 package queue
 
 import (
-	"context"
 	"database/sql"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // TestLiveRunQueriesUseTheLiveIndex: the scans a busy worker and the
@@ -56,12 +55,7 @@ func skewedStats(t *testing.T, d *sqlite.DB) {
 // planStore is a new store for the plan tests.
 func planStore(t *testing.T) *sqlite.DB {
 	t.Helper()
-	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	return storetest.OpenSQLite(t, "")
 }
 
 // boundPlan is queryPlan of q with the text "x" bound to each parameter.

@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,7 @@ import (
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/queue"
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 type runBundle struct {
@@ -22,11 +21,7 @@ type runBundle struct {
 
 func setupRuns(t *testing.T) *runBundle {
 	t.Helper()
-	d, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := storetest.OpenSQLite(t, "")
 	clk := cqclock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := queue.New(d)
 	st.Now = clk.Now

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // bundle is what setup gives every test: a store over a fresh database in
@@ -30,11 +30,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	home := t.TempDir()
-	d, err := sqlite.Open(context.Background(), filepath.Join(home, "cq.db"))
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := storetest.OpenSQLite(t, home)
 	clk := cqclock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := queue.New(d)
 	st.Now = clk.Now

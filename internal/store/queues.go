@@ -25,7 +25,9 @@ type QueueReader interface {
 
 // QueueWriter changes queues.
 type QueueWriter interface {
-	// QueueEnsure records that a queue exists, with default settings,
-	// unless it does.
+	// QueueEnsure records that a queue exists, unless it does, with the
+	// default settings: not paused, no concurrency limit (0), 0 retries,
+	// a backoff of 30000 ms, 3 transient and 1 timeout retries, no run
+	// time limit (0), a start timeout and a warn-after of 600000 ms.
 	QueueEnsure(ctx context.Context, name, at string) error
 }

@@ -44,7 +44,7 @@ const (
 	SetReason                               // Reason
 	ClearWarned                             // the long-running warning, so it may be given again
 	ResetFails                              // every failure count to 0
-	SpendFail                               // one more failure of class FailClass
+	SpendFail                               // one more failure of class FailClass (never with ResetFails)
 	taskFieldsEnd
 )
 
@@ -100,8 +100,9 @@ type TaskWriter interface {
 	// reports whether it did.
 	TaskUpdate(ctx context.Context, u TaskUpdate) (bool, error)
 	// TaskDependencyDone counts dep, which ended done, off the tasks
-	// waiting on it (those in inbox or blocked) and returns the blocked
-	// ones left waiting on nothing.
+	// waiting on it (those in inbox or blocked, whose count is above 0)
+	// and returns its blocked dependents left waiting on no dependency
+	// (count 0), whatever else blocks them.
 	TaskDependencyDone(ctx context.Context, dep string) ([]*Task, error)
 	// TaskSetBlockedReason names what blocks a blocked task now, without
 	// a transition or an event.

@@ -3,7 +3,9 @@ package store
 import "context"
 
 // TaskFilter selects tasks for the listings (cq ls, cq wait): a task is
-// selected when every condition given holds.
+// selected when every condition given holds. A backend may rely on every
+// stored task's queue having a queue row: the domain ensures one
+// (QueueEnsure) whenever it stores a task or moves one to a queue.
 type TaskFilter struct {
 	States []string // in one of these states; none: any state
 	Queue  string   // of this queue; "": any

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // TestWorkerStartsDelayedWorkWhenDue: an idle worker starts a delayed
@@ -66,12 +66,7 @@ func TestWorkerStartsDelayedWorkWhenDue(t *testing.T) {
 func testStore(t *testing.T) (home string, st *queue.Store) {
 	t.Helper()
 	home = t.TempDir()
-	d, err := sqlite.Open(context.Background(), filepath.Join(home, "cq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return home, queue.New(d)
+	return home, queue.New(storetest.OpenSQLite(t, home))
 }
 
 // TestRefusedStartWritesTheSummary: a run cancelled while queued, after
