@@ -1,9 +1,5 @@
-//go:build storetest_runs
-
 // The tests of the runs area (claims, starts, leases, ends, completion,
-// and the reads of runs). They call operations that internal/store gains
-// with the runs area, so they build only with -tags storetest_runs until
-// it does; then the build line goes.
+// and the reads of runs).
 
 package storetest
 
