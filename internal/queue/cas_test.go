@@ -8,7 +8,6 @@ import (
 
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/store"
-	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
@@ -97,11 +96,11 @@ func (e *casEnv) snapshot() string {
 // returns, so that a CAS that wrongly won would be kept, and checks that
 // cas reported a conflict whose message holds want and that the store is
 // as it was.
-func (e *casEnv) lostCAS(want string, cas func(tx *sqlite.Tx, now time.Time) error) {
+func (e *casEnv) lostCAS(want string, cas func(tx store.Tx, now time.Time) error) {
 	e.t.Helper()
 	before := e.snapshot()
 	var casErr error
-	err := e.st.writeSQL(e.ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := e.st.write(e.ctx, func(tx store.Tx, now time.Time) error {
 		casErr = cas(tx, now)
 		return nil
 	})
@@ -130,7 +129,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if _, _, err := e.st.Hold(e.ctx, id, ""); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("is blocked, not todo", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("is blocked, not todo", func(tx store.Tx, now time.Time) error {
 			return casTask(e.ctx, tx, now, stale, TaskCancelled, "", "stale", store.TaskUpdate{Set: store.SetReason, Reason: "stale"})
 		})
 	})
@@ -143,7 +142,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if _, _, err := e.st.Enqueue(e.ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("changed state meanwhile", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("changed state meanwhile", func(tx store.Tx, now time.Time) error {
 			return casSame(e.ctx, tx, now, stale, "task.held", "stale", store.TaskUpdate{Set: store.SetHold, Hold: true})
 		})
 	})
@@ -156,7 +155,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The caller read the run queued, and asks queued → cancelled.
-		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("is running, not queued", func(tx store.Tx, now time.Time) error {
 			return casRun(e.ctx, tx, now, c.RunID, c.TaskID, RunQueued, RunCancelled, "stale", FormatTime(now))
 		})
 	})
@@ -169,7 +168,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		if err := e.st.StartRun(e.ctx, c.RunID, c.Token, 1, 1); err != nil {
 			t.Fatal(err)
 		}
-		e.lostCAS("is running, not queued", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("is running, not queued", func(tx store.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})
@@ -181,7 +180,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		stale := e.runRow(c.RunID) // queued, under c.Token
 		// No operation hands a live run a new token; a takeover would.
 		e.exec(`UPDATE runs SET lease_token = 'taken-over' WHERE id = ?`, c.RunID)
-		e.lostCAS("lease lost", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("lease lost", func(tx store.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "stale", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})
@@ -200,7 +199,7 @@ func TestLostCASChangesNothing(t *testing.T) {
 		// Renewed in time by a clock the reaper's read did not see.
 		l := ln.grant(time.Minute)
 		e.exec(`UPDATE runs SET lease_expires_at = ?, lease_until_ns = ? WHERE id = ?`, l.Expires, l.UntilNS, c.RunID)
-		e.lostCAS("lease was renewed meanwhile", func(tx *sqlite.Tx, now time.Time) error {
+		e.lostCAS("lease was renewed meanwhile", func(tx store.Tx, now time.Time) error {
 			return casRunToken(e.ctx, tx, now, stale, RunFailed, "lease_expired", store.RunUpdate{Set: store.SetRunEndedAt, EndedAt: FormatTime(now)})
 		})
 	})

@@ -46,6 +46,12 @@ func (n leaseNow) grant(ttl time.Duration) store.Lease {
 	return l
 }
 
+// before is the instant limit before n, for the start timeout: a run
+// claimed before it has waited longer than limit for its start.
+func (n leaseNow) before(limit time.Duration) store.LeaseClock {
+	return store.LeaseClock{Wall: FormatTime(n.wall.Add(-limit)), BootID: n.boot.ID, BootNS: int64(n.boot.Since - limit)}
+}
+
 // claimedAt is the claim's reading of the boot clock (the store keeps it
 // only with a boot id).
 func (n leaseNow) claimedAt() int64 { return int64(n.boot.Since) }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/store"
-	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TimeoutQueuedRunsThen ends runs that stayed queued (claimed, never
@@ -15,8 +14,7 @@ import (
 // before the commit (see ReapExpiredThen), and returns the runs it ended.
 func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([]Reaped, error) {
 	var out []Reaped
-	// writeSQL: endRun and sqlQueuedTooLong (runs.go) still take SQL.
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		out = out[:0]
 		ln := s.leaseNow(now)
 		qs, err := tx.QueueList(ctx)
@@ -28,7 +26,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 				continue
 			}
 			limit := time.Duration(q.StartTimeoutMS) * time.Millisecond
-			ids, err := queryIDs(ctx, tx, sqlQueuedTooLong, append([]any{q.Name}, ln.startLateArgs(limit)...)...)
+			ids, err := tx.RunsStartLate(ctx, q.Name, ln.before(limit))
 			if err != nil {
 				return err
 			}
@@ -58,8 +56,7 @@ func (s *Store) TimeoutQueuedRunsThen(ctx context.Context, stop func(Reaped)) ([
 // checked against the dependencies themselves, so a stale count heals too.
 func (s *Store) PromoteReady(ctx context.Context) (int, error) {
 	n := 0
-	// writeSQL: promote (read.go) still takes a *sqlite.Tx.
-	err := s.writeSQL(ctx, func(tx *sqlite.Tx, now time.Time) error {
+	err := s.write(ctx, func(tx store.Tx, now time.Time) error {
 		n = 0
 		// Only a task with dependency edges can have a count: a window
 		// of the edges is read first.

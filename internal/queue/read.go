@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/store"
-	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Task is a task as cq prints it (its JSON shape in docs/commands.md,
@@ -382,22 +381,4 @@ func (s *Store) QueueTimeouts(ctx context.Context) (map[string]time.Duration, er
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
 	return s.st.RunCancellingIDs(ctx, worker)
-}
-
-// Leftovers for runs.go and sweep.go, whose statements move into the
-// store with their own areas: the run view's columns and scan, and the
-// last event seq on a querier.
-
-const runViewCols = sqlite.RunViewCols
-
-func scanRunView(sc interface{ Scan(...any) error }) (Run, error) {
-	var v store.RunView
-	if err := sqlite.ScanRunView(sc, &v); err != nil {
-		return Run{}, err
-	}
-	return runOf(&v), nil
-}
-
-func lastSeq(ctx context.Context, q querier) (int64, error) {
-	return sqlite.LastSeq(ctx, q)
 }

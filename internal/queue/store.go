@@ -6,7 +6,6 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"time"
@@ -52,27 +51,8 @@ func (s *Store) write(ctx context.Context, fn func(tx store.Tx, now time.Time) e
 	return s.st.Write(ctx, func(tx store.Tx) error { return fn(tx, s.now()) })
 }
 
-// writeSQL is write for the functions that still run SQL of their own;
-// it goes once every statement is in the backend.
-func (s *Store) writeSQL(ctx context.Context, fn func(tx *sqlite.Tx, now time.Time) error) error {
-	return s.DB.Write(ctx, func(tx *sqlite.Tx) error { return fn(tx, s.now()) })
-}
-
-// querier is what both *sql.DB and *sqlite.Tx offer.
-type querier interface {
-	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
-}
-
 // taskRow is a tasks row as stored.
 type taskRow = store.Task
-
-// taskCols and scanTask read a taskRow in the statements not yet moved
-// into the backend.
-const taskCols = sqlite.TaskCols
-
-var scanTask = sqlite.ScanTask
 
 func getTask(ctx context.Context, q store.Reader, id string) (*taskRow, error) {
 	t, err := q.TaskGet(ctx, id)
@@ -80,13 +60,6 @@ func getTask(ctx context.Context, q store.Reader, id string) (*taskRow, error) {
 		return nil, notFoundf("no task %q", id)
 	}
 	return t, err
-}
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }
 
 // blockedReason names the first condition that still blocks a task, in

@@ -48,14 +48,9 @@ func (s *Store) WorkerSeen(ctx context.Context, p WorkerParams) error {
 		return err
 	}
 	return s.write(ctx, func(tx store.Tx, now time.Time) error {
-		wall, bootID, until := s.leaseNow(now).lease(p.Lease)
-		w := store.WorkerSeen{ID: p.ID, Host: p.Host, PID: p.PID, Queues: string(qj), Concurrency: p.Concurrency,
-			LeaseMS: p.Lease.Milliseconds(), At: FormatTime(now), LeaseExpires: wall}
-		// lease gives no boot id and no boot-clock expiry without a boot
-		// clock.
-		w.BootID, _ = bootID.(string)
-		w.LeaseUntilNS, _ = until.(int64)
-		return tx.WorkerSave(ctx, w)
+		l := s.leaseNow(now).grant(p.Lease)
+		return tx.WorkerSave(ctx, store.WorkerSeen{ID: p.ID, Host: p.Host, PID: p.PID, Queues: string(qj), Concurrency: p.Concurrency,
+			LeaseMS: p.Lease.Milliseconds(), At: FormatTime(now), LeaseExpires: l.Expires, BootID: l.BootID, LeaseUntilNS: l.UntilNS})
 	})
 }
 

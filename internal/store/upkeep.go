@@ -10,6 +10,14 @@ type UpkeepReader interface {
 	// QueueList reads the settings of every queue, by name.
 	QueueList(ctx context.Context) ([]*Queue, error)
 
+	// RunsStartLate lists the ids of queue's runs still queued that were
+	// claimed before the instant before: on the boot clock (claimed
+	// before before.BootNS) when the run was claimed on boot
+	// before.BootID, else by its wall-clock creation (before
+	// before.Wall); at most 500 of them, in no particular order: the
+	// start timeout comes back for the rest.
+	RunsStartLate(ctx context.Context, queue string, before LeaseClock) ([]string, error)
+
 	// TaskDepsWindow reads the dependency edges (one per dependent and
 	// dependency) whose dependent's id is above after (all of them for
 	// ""), in dependent id order, up to limit of them: it returns how

@@ -56,3 +56,15 @@ func TestEventSweepPlans(t *testing.T) {
 		t.Errorf("the sweep does not read a range of seqs and look tasks up by id:\n%s", plan)
 	}
 }
+
+// TestStartLateReadsTheLiveIndex: the start-timeout scan, which the
+// heartbeat repeats for every queue with a start timeout, reads the small
+// runs_live index, never the runs table, which keeps every run until
+// cleanup.
+func TestStartLateReadsTheLiveIndex(t *testing.T) {
+	t.Parallel()
+	d := planStore(t)
+	if plan := queryPlan(t, d.SQL, sqlRunsStartLate, "q", "b", 1, "x"); !strings.Contains(plan, "USING INDEX runs_live") {
+		t.Errorf("the start-timeout scan does not read runs_live:\n%s", plan)
+	}
+}

@@ -12,6 +12,14 @@ import (
 // maintenance pass's here, cleanup's and the event sweep's in
 // upkeep_cleanup.go.
 
+// sqlRunsStartLate reads runs_live (its condition repeated, runsLive).
+const sqlRunsStartLate = `SELECT id FROM runs WHERE ` + runsLive + ` AND state = 'queued' AND queue = ? AND
+	(CASE WHEN boot_id = ? AND claimed_ns IS NOT NULL THEN claimed_ns < ? ELSE created_at < ? END) LIMIT 500`
+
+func (r reads) RunsStartLate(ctx context.Context, queue string, before store.LeaseClock) ([]string, error) {
+	return queryStrings(ctx, r.q, sqlRunsStartLate, queue, nullable(before.BootID), before.BootNS, before.Wall)
+}
+
 func (r reads) QueueList(ctx context.Context) ([]*store.Queue, error) {
 	rows, err := r.q.QueryContext(ctx, `SELECT `+QueueCols+` FROM queues ORDER BY name`)
 	return scanAll(rows, err, ScanQueue)
