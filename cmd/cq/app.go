@@ -148,7 +148,7 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	// The connection is deliberately not closed at exit: closing the last
 	// connection checkpoints and deletes the WAL, a cost every short
 	// command would pay; the next process simply reuses it.
-	s := queue.New(d)
+	s := queue.New(d.Store())
 	if a.Now != nil {
 		s.Now = a.Now
 	}

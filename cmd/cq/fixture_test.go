@@ -37,7 +37,7 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	}
 	s := fixtureStore(ts)
-	defer func() { ts.Check(s.DB.Close()) }()
+	defer func() { ts.Check(s.Backend().Close()) }()
 	var err error
 	switch {
 	case args[0] == "task" && len(args) >= 3:
@@ -60,7 +60,7 @@ func fixtureStore(ts *testscript.TestScript) *queue.Store {
 	if err != nil {
 		ts.Fatalf("fixture: %v", err)
 	}
-	return queue.New(d)
+	return queue.New(d.Store())
 }
 
 // fixturePath is the script's store as cq resolves it; it must exist.
@@ -157,7 +157,7 @@ func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]st
 			return fmt.Errorf("unknown key %q (state, finished, not_before, not_before_why, blocked_reason)", k)
 		}
 	}
-	return s.DB.Write(ctx, func(tx *sqlite.Tx) error {
+	return sqlite.DBOf(s.Backend()).Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(sets, ", ")+" WHERE id = ?", append(vals, id)...)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map
 		ph += ", " + strings.Join(sel, ", ")
 	}
 	q := "INSERT INTO runs (" + strings.Join(cols, ", ") + ") SELECT " + ph + " FROM tasks WHERE id = ?"
-	return s.DB.Write(ctx, func(tx *sqlite.Tx) error {
+	return sqlite.DBOf(s.Backend()).Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.ExecContext(ctx, q, append(vals, taskID)...)
 		if err != nil {
 			return err

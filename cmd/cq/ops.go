@@ -146,7 +146,7 @@ and changes nothing.`,
 // (nil: none) is a conflict, since the task has not reached the state
 // asked; an interrupt exits as cq wait's does.
 func awaitEnd(ctx context.Context, st *queue.Store, id string, deadline <-chan time.Time) (string, error) {
-	changed, stopWatch, err := st.DB.ChangeWatch(ctx)
+	changed, stopWatch, err := st.Backend().ChangeWatch(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -1161,7 +1161,7 @@ func TestCancelOfAQueuedRunKillsItsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	host, _ := os.Hostname()
 	start := func(h string) (*queue.Claimed, chan error) {
 		cs, err := st.ClaimN(ctx, queue.ClaimParams{Worker: "stalled", Host: h, Lease: time.Minute}, 1)

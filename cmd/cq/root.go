@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -153,7 +152,7 @@ func execute(app *App, args []string) int {
 	// On its way out: see db.TrimWAL (a running worker's store is left
 	// alone; a worker that stops trims like any command).
 	if app.store != nil {
-		app.store.DB.TrimWAL(context.WithoutCancel(ctx))
+		app.store.Backend().Leave(context.WithoutCancel(ctx))
 	}
 	if err == nil {
 		return exitOK
@@ -162,7 +161,7 @@ func execute(app *App, args []string) int {
 		// A read that failed because the store is read-only (SQLite may
 		// need to write its -shm), or a write outside the transactions
 		// that already say so, is told in words, with the store's path.
-		err = sqlite.Explain(app.store.DB.Path, err)
+		err = app.store.Backend().Explain(err)
 	}
 	// A command cut short by SIGINT or SIGTERM exits as a shell reports a
 	// process killed by it (130, 143), with nothing more to say.

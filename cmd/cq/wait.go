@@ -86,7 +86,7 @@ unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 			defer tick.Stop()
 			w := waiter{states: func(ids []string) (map[string]queue.TaskStatus, error) { return st.TaskStatuses(ctx, ids) }}
 			// While no one commits to the store, nothing is read again.
-			changed, stopWatch, err := st.DB.ChangeWatch(ctx)
+			changed, stopWatch, err := st.Backend().ChangeWatch(ctx)
 			if err != nil {
 				return err
 			}

@@ -79,7 +79,7 @@ func newWorkerCmd(app *App) *cobra.Command {
 			}
 			home, _ := app.Home()
 			opt.Home = home
-			opt.DBPath = st.DB.Path
+			opt.DBPath = st.Backend().Addr()
 			if opt.Handlers == "" {
 				opt.Handlers = app.Getenv("CQ_HANDLERS")
 			}

@@ -204,7 +204,7 @@ func BenchmarkHealth(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = func() time.Time { return benchNow }
 	th := queue.DefaultThresholds()
 	h, err := st.Health(ctx, th) // warm the page cache
@@ -262,9 +262,9 @@ func benchOpen(b *testing.B, template string) (dir string, st, other *queue.Stor
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d2.Close() })
-	st = queue.New(d)
+	st = queue.New(d.Store())
 	st.Now = func() time.Time { return benchNow }
-	return dir, st, queue.New(d2)
+	return dir, st, queue.New(d2.Store())
 }
 
 // benchCleanupBatch is the batch size the benchmarks use: maintenance.Cleanup's

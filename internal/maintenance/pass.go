@@ -120,7 +120,7 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	if err := killGoneWorkersRuns(ctx, st, opt.Host, stop); err != nil {
 		return r, err
 	}
-	home.SweepWorkerLocks(st.DB.Path)
+	home.SweepWorkerLocks(st.Backend().Addr())
 	// A worker gone without a word is no longer listed once its lease
 	// passed; its row is kept a while for someone reading the store.
 	if _, err := st.SweepWorkers(ctx, deadWorkerKept); err != nil {
@@ -205,5 +205,5 @@ func workerGone(st *queue.Store, lr queue.LiveRun) bool {
 	if err != nil || procs.Lives(pid, lr.Claimed) {
 		return false
 	}
-	return home.WorkerGone(st.DB.Path, lr.Worker)
+	return home.WorkerGone(st.Backend().Addr(), lr.Worker)
 }

@@ -43,7 +43,7 @@ func hbSetup(t *testing.T) *hbEnv {
 	d := storetest.OpenSQLite(t, home)
 	path := d.Path
 	clk := clock.NewFake(hbT0)
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = clk.Now
 	st.Boot = clock.Following(clk.Now)
 	return &hbEnv{t: t, st: st, clk: clk, ctx: context.Background(), home: home, path: path}
@@ -111,14 +111,14 @@ func (e *hbEnv) pass(opt maintenance.Options) maintenance.Result {
 
 func (e *hbEnv) exec(q string, args ...any) {
 	e.t.Helper()
-	if _, err := e.st.DB.SQL.ExecContext(e.ctx, q, args...); err != nil {
+	if _, err := sqlite.DBOf(e.st.Backend()).SQL.ExecContext(e.ctx, q, args...); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 }
 
 func (e *hbEnv) row(q string, args ...any) string {
 	e.t.Helper()
-	rows, err := e.st.DB.SQL.QueryContext(e.ctx, q, args...)
+	rows, err := sqlite.DBOf(e.st.Backend()).SQL.QueryContext(e.ctx, q, args...)
 	if err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
@@ -152,7 +152,7 @@ func (e *hbEnv) row(q string, args ...any) string {
 func (e *hbEnv) count(q string, args ...any) int {
 	e.t.Helper()
 	var n int
-	if err := e.st.DB.SQL.QueryRowContext(e.ctx, q, args...).Scan(&n); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRowContext(e.ctx, q, args...).Scan(&n); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 	return n
@@ -810,7 +810,7 @@ func TestPassesOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	st2 := queue.New(d2)
+	st2 := queue.New(d2.Store())
 	st2.Now = e.clk.Now
 	st2.Boot = clock.Following(e.clk.Now)
 	var wg sync.WaitGroup
@@ -915,7 +915,7 @@ func TestCleanupRemovesRunFolders(t *testing.T) {
 		}
 	}
 	var left []string
-	rows, err := e.st.DB.SQL.Query(`SELECT id FROM tasks`)
+	rows, err := sqlite.DBOf(e.st.Backend()).SQL.Query(`SELECT id FROM tasks`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1000,7 +1000,7 @@ func TestCleanupFinishesWhatAKilledCleanupLeft(t *testing.T) {
 	}
 	// The killed cleanup's event windows were swept too.
 	var evGone, evKept int
-	if err := e.st.DB.SQL.QueryRow(`SELECT COUNT(*) FILTER (WHERE task_id = 'gone'), COUNT(*) FILTER (WHERE task_id = 'kept') FROM events`).Scan(&evGone, &evKept); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRow(`SELECT COUNT(*) FILTER (WHERE task_id = 'gone'), COUNT(*) FILTER (WHERE task_id = 'kept') FROM events`).Scan(&evGone, &evKept); err != nil {
 		t.Fatal(err)
 	}
 	if evGone != 0 || evKept == 0 {
@@ -1036,14 +1036,14 @@ func TestCleanupLetsOtherWritersIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = func() time.Time { return benchNow }
 	d2, err := sqlite.Open(ctx, path) // its own pool, as another process
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	other := queue.New(d2)
+	other := queue.New(d2.Store())
 
 	stop := make(chan struct{})
 	var worst time.Duration
@@ -1244,14 +1244,14 @@ func TestClearQueueLeavesATaskThatReusedARowid(t *testing.T) {
 		t.Fatal(err)
 	}
 	var freed int64
-	if err := e.st.DB.SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'newest'`).Scan(&freed); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'newest'`).Scan(&freed); err != nil {
 		t.Fatal(err)
 	}
 	e.exec(`DELETE FROM tasks WHERE id = 'newest'`) // as a cleanup would
 	e.clk.Add(time.Millisecond)
 	e.add(queue.Spec{ID: "reborn", Queue: "q"})
 	var got int64
-	if err := e.st.DB.SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'reborn'`).Scan(&got); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRow(`SELECT rowid FROM tasks WHERE id = 'reborn'`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
 	if got != freed || got > bound.Upto {

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 func benchStore(b *testing.B) *queue.Store {
 	b.Helper()
-	return queue.New(storetest.OpenSQLite(b, ""))
+	return queue.New(storetest.OpenSQLite(b, "").Store())
 }
 
 func spec(b testing.TB, sp queue.Spec) queue.Spec {
@@ -135,7 +135,7 @@ func sharedStore(b *testing.B, name string, build func(b *testing.B, s *shared))
 		if s.err != nil {
 			return
 		}
-		s.st = queue.New(s.d)
+		s.st = queue.New(s.d.Store())
 		build(b, s)
 		b.Logf("built the %s store in %v", name, time.Since(start).Round(time.Millisecond))
 	})
@@ -283,8 +283,8 @@ func BenchmarkWorkerCycle(b *testing.B) {
 		b.Run(fmt.Sprintf("slots=%d", slots), func(b *testing.B) {
 			st := benchStore(b)
 			fill(b, st, b.N, queue.Spec{})
-			checkpointed(b, st.DB.SQL)
-			defer workerCheckpoints(b, st.DB)()
+			checkpointed(b, sqlite.DBOf(st.Backend()).SQL)
+			defer workerCheckpoints(b, sqlite.DBOf(st.Backend()))()
 			b.ResetTimer()
 			workerCycles(b, st, b.N, slots)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")

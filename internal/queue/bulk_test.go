@@ -56,7 +56,7 @@ func TestBulkCreateMatchesOneByOne(t *testing.T) {
 		noBulk = !bulk
 		defer func() { noBulk = false }()
 		d := storetest.OpenSQLite(t, "")
-		st := New(d)
+		st := New(d.Store())
 		st.Now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 		created, err := st.Create(context.Background(), specs, CreateOptions{Enqueue: true})
 		if err != nil {

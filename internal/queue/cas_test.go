@@ -8,6 +8,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/store"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
@@ -23,7 +24,7 @@ type casEnv struct {
 func casSetup(t *testing.T) *casEnv {
 	t.Helper()
 	d := storetest.OpenSQLite(t, "")
-	e := &casEnv{t: t, ctx: context.Background(), st: New(d), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	e := &casEnv{t: t, ctx: context.Background(), st: New(d.Store()), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	e.st.Now = func() time.Time { return e.now }
 	e.st.Boot = clock.Following(e.st.Now)
 	return e
@@ -59,7 +60,7 @@ func (e *casEnv) claim() *Claimed {
 
 func (e *casEnv) taskRow(id string) *taskRow {
 	e.t.Helper()
-	t, err := getTask(e.ctx, e.st.DB, id)
+	t, err := getTask(e.ctx, e.st.st, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func (e *casEnv) taskRow(id string) *taskRow {
 
 func (e *casEnv) runRow(id string) *runRow {
 	e.t.Helper()
-	r, err := getRun(e.ctx, e.st.DB, id)
+	r, err := getRun(e.ctx, e.st.st, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func (e *casEnv) runRow(id string) *runRow {
 
 func (e *casEnv) exec(q string, args ...any) {
 	e.t.Helper()
-	if _, err := e.st.DB.SQL.ExecContext(e.ctx, q, args...); err != nil {
+	if _, err := sqlite.DBOf(e.st.Backend()).SQL.ExecContext(e.ctx, q, args...); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -87,7 +88,7 @@ func (e *casEnv) snapshot() string {
 	e.t.Helper()
 	var sb strings.Builder
 	for _, q := range []string{`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT * FROM events ORDER BY seq`} {
-		WriteRows(e.t, &sb, e.st.DB.SQL, q)
+		WriteRows(e.t, &sb, sqlite.DBOf(e.st.Backend()).SQL, q)
 	}
 	return sb.String()
 }

@@ -220,7 +220,7 @@ func FuzzSpoolDrain(f *testing.F) {
 			}
 		}
 		home := t.TempDir()
-		st := queue.New(d)
+		st := queue.New(d.Store())
 		st.Now = func() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
 		if err := os.WriteFile(filepath.Join(home, spool.FileName), data, 0o600); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // bootClock is a settable boot-time clock for Store.Boot, apart from the
@@ -151,7 +152,7 @@ func TestLeaseWithoutBootID(t *testing.T) {
 	b, bc := setupLeases(t)
 	old := b.toRunState(t, queue.RunRunning)
 	renewed := b.toRunState(t, queue.RunRunning)
-	if _, err := b.st.DB.SQL.Exec(`UPDATE runs SET boot_id = NULL, claimed_ns = NULL, lease_until_ns = NULL`); err != nil {
+	if _, err := sqlite.DBOf(b.st.Backend()).SQL.Exec(`UPDATE runs SET boot_id = NULL, claimed_ns = NULL, lease_until_ns = NULL`); err != nil {
 		t.Fatal(err)
 	}
 	bc.Add(time.Hour)

@@ -37,7 +37,7 @@ func mntSetup(t *testing.T) *mntEnv {
 	t.Helper()
 	d := storetest.OpenSQLite(t, "")
 	clk := cqclock.NewFake(mntT0)
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)
 	return &mntEnv{t: t, st: st, clk: clk, ctx: context.Background()}
@@ -129,7 +129,7 @@ func (e *mntEnv) makeCancelled(id string) {
 
 func (e *mntEnv) exec(q string, args ...any) {
 	e.t.Helper()
-	if _, err := e.st.DB.SQL.ExecContext(e.ctx, q, args...); err != nil {
+	if _, err := sqlite.DBOf(e.st.Backend()).SQL.ExecContext(e.ctx, q, args...); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -137,7 +137,7 @@ func (e *mntEnv) exec(q string, args ...any) {
 func (e *mntEnv) count(q string, args ...any) int {
 	e.t.Helper()
 	var n int
-	if err := e.st.DB.SQL.QueryRowContext(e.ctx, q, args...).Scan(&n); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRowContext(e.ctx, q, args...).Scan(&n); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 	return n
@@ -146,7 +146,7 @@ func (e *mntEnv) count(q string, args ...any) int {
 func (e *mntEnv) str(q string, args ...any) string {
 	e.t.Helper()
 	var s sql.NullString
-	if err := e.st.DB.SQL.QueryRowContext(e.ctx, q, args...).Scan(&s); err != nil {
+	if err := sqlite.DBOf(e.st.Backend()).SQL.QueryRowContext(e.ctx, q, args...).Scan(&s); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 	if !s.Valid {
@@ -158,7 +158,7 @@ func (e *mntEnv) str(q string, args ...any) string {
 // ids returns the first column of a query, sorted.
 func (e *mntEnv) ids(q string, args ...any) []string {
 	e.t.Helper()
-	rows, err := e.st.DB.SQL.QueryContext(e.ctx, q, args...)
+	rows, err := sqlite.DBOf(e.st.Backend()).SQL.QueryContext(e.ctx, q, args...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func (e *mntEnv) dump(id string) string {
 		`SELECT * FROM runs WHERE task_id = ? ORDER BY attempt`,
 		`SELECT * FROM events WHERE task_id = ? ORDER BY seq`,
 	} {
-		queue.WriteRows(e.t, &sb, e.st.DB.SQL, q, id)
+		queue.WriteRows(e.t, &sb, sqlite.DBOf(e.st.Backend()).SQL, q, id)
 	}
 	return sb.String()
 }
@@ -862,7 +862,7 @@ func TestCleanupSweepsOnlyTheEventsOfDeletedTasks(t *testing.T) {
 func TestCleanupAfterMigration7(t *testing.T) {
 	d := storetest.OpenSQLite(t, "")
 	path := d.Path
-	e := &mntEnv{t: t, st: queue.New(d), clk: cqclock.NewFake(mntT0), ctx: context.Background()}
+	e := &mntEnv{t: t, st: queue.New(d.Store()), clk: cqclock.NewFake(mntT0), ctx: context.Background()}
 	e.st.Now = e.clk.Now
 	e.st.Boot = cqclock.Following(e.clk.Now)
 	e.makeDone("old")
@@ -883,7 +883,7 @@ func TestCleanupAfterMigration7(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	e.st = queue.New(d)
+	e.st = queue.New(d.Store())
 	e.st.Now = e.clk.Now
 	e.st.Boot = cqclock.Following(e.clk.Now)
 	if got := e.ids(`SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'`); !slices.Equal(got, []string{"events_task_ends"}) {

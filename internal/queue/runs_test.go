@@ -10,6 +10,7 @@ import (
 
 	cqclock "github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
@@ -23,7 +24,7 @@ func setupRuns(t *testing.T) *runBundle {
 	t.Helper()
 	d := storetest.OpenSQLite(t, "")
 	clk := cqclock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)
 	return &runBundle{st: st, clk: clk, ctx: context.Background()}
@@ -81,7 +82,7 @@ func (b *runBundle) snapshot(t *testing.T) string {
 	for _, q := range []string{
 		`SELECT * FROM tasks ORDER BY id`, `SELECT * FROM runs ORDER BY id`, `SELECT COUNT(*) FROM events`,
 	} {
-		queue.WriteRows(t, &sb, b.st.DB.SQL, q)
+		queue.WriteRows(t, &sb, sqlite.DBOf(b.st.Backend()).SQL, q)
 	}
 	return sb.String()
 }
@@ -324,7 +325,7 @@ func TestStartRefusedByTokenAlone(t *testing.T) {
 			}
 			c := b.toRunState(t, queue.RunQueued)
 			const newToken = "0123456789abcdef0123456789abcdef"
-			if _, err := b.st.DB.SQL.ExecContext(b.ctx, `UPDATE runs SET lease_token = ? WHERE id = ?`, newToken, c.RunID); err != nil {
+			if _, err := sqlite.DBOf(b.st.Backend()).SQL.ExecContext(b.ctx, `UPDATE runs SET lease_token = ? WHERE id = ?`, newToken, c.RunID); err != nil {
 				t.Fatal(err)
 			}
 			before := b.snapshot(t)
@@ -749,7 +750,7 @@ func TestCycleStartsThenEndsThenClaims(t *testing.T) {
 	if len(res.Claimed) != 1 || res.Claimed[0].TaskID != next {
 		t.Fatalf("claimed %+v, want %s", res.Claimed, next)
 	}
-	evs, err := b.st.DB.SQL.Query(`SELECT kind FROM events WHERE run_id = ? ORDER BY seq`, cf.RunID)
+	evs, err := sqlite.DBOf(b.st.Backend()).SQL.Query(`SELECT kind FROM events WHERE run_id = ? ORDER BY seq`, cf.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,7 +780,7 @@ func TestReapStopsBeforeTheCommit(t *testing.T) {
 	var seen []string
 	reaped, err := b.st.ReapExpiredThen(b.ctx, func(r queue.Reaped) {
 		var run, task string
-		if err := b.st.DB.SQL.QueryRowContext(b.ctx, `SELECT r.state, t.state FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?`,
+		if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRowContext(b.ctx, `SELECT r.state, t.state FROM runs r JOIN tasks t ON t.id = r.task_id WHERE r.id = ?`,
 			r.RunID).Scan(&run, &task); err != nil {
 			t.Error(err)
 		}
@@ -825,7 +826,7 @@ func TestRunTimesAreTheProcesses(t *testing.T) {
 			t.Helper()
 			want := map[string]time.Time{"at": lower.Add(c.offset), "lower": lower, "commit": commit}[c.want]
 			var got string
-			if err := b.st.DB.SQL.QueryRow(`SELECT `+col+` FROM runs WHERE id = ?`, runID).Scan(&got); err != nil {
+			if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRow(`SELECT `+col+` FROM runs WHERE id = ?`, runID).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			if got != queue.FormatTime(want) {
@@ -842,7 +843,7 @@ func TestRunTimesAreTheProcesses(t *testing.T) {
 		}
 		check("started_at", cl.RunID, claimed, b.clk.Now())
 		var started string
-		if err := b.st.DB.SQL.QueryRow(`SELECT started_at FROM runs WHERE id = ?`, cl.RunID).Scan(&started); err != nil {
+		if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRow(`SELECT started_at FROM runs WHERE id = ?`, cl.RunID).Scan(&started); err != nil {
 			t.Fatal(err)
 		}
 		b.clk.Add(10 * time.Millisecond)
@@ -965,7 +966,7 @@ func batchedScenario(t *testing.T, perRow bool) string {
 		`SELECT * FROM runs ORDER BY task_id, attempt`,
 		`SELECT task_id, kind, run_id, from_state, to_state, reason, data, at FROM events ORDER BY task_id, seq`,
 	} {
-		queue.WriteRows(t, &out, b.st.DB.SQL, q)
+		queue.WriteRows(t, &out, sqlite.DBOf(b.st.Backend()).SQL, q)
 	}
 	return names.Replace(out.String())
 }
@@ -1009,7 +1010,7 @@ func TestCycleOfManyRuns(t *testing.T) {
 		t.Errorf("claimed %d more, with none left", len(res.Claimed))
 	}
 	var done, runs, events int
-	if err := b.st.DB.SQL.QueryRow(`SELECT (SELECT COUNT(*) FROM tasks WHERE state = 'done'),
+	if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRow(`SELECT (SELECT COUNT(*) FROM tasks WHERE state = 'done'),
 		(SELECT COUNT(*) FROM runs WHERE state = 'succeeded'),
 		(SELECT COUNT(*) FROM events WHERE kind IN ('run.running', 'run.succeeded', 'task.done'))`).Scan(&done, &runs, &events); err != nil {
 		t.Fatal(err)
@@ -1038,7 +1039,7 @@ func TestReaperSaysWhetherTheStartWasRecorded(t *testing.T) {
 		{running.RunID, "lease expired (worker lost)"},
 	} {
 		var state, errText string
-		if err := b.st.DB.SQL.QueryRow(`SELECT state, error FROM runs WHERE id = ?`, c.run).Scan(&state, &errText); err != nil {
+		if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRow(`SELECT state, error FROM runs WHERE id = ?`, c.run).Scan(&state, &errText); err != nil {
 			t.Fatal(err)
 		}
 		if state != queue.RunFailed || errText != c.want {

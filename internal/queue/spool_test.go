@@ -16,6 +16,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // rejectedEntry is one line of queue.rejected.jsonl (docs/operations.md, The spool).
@@ -250,7 +251,7 @@ func TestDrainSpoolTruncatesOnlyAfterCommit(t *testing.T) {
 	b := setup(t)
 	// A trigger makes the store fail in the middle of the drain's
 	// transaction, after earlier lines were written in it.
-	if _, err := b.st.DB.SQL.ExecContext(b.ctx, `CREATE TRIGGER fail_boom BEFORE INSERT ON tasks WHEN NEW.id = 'boom'
+	if _, err := sqlite.DBOf(b.st.Backend()).SQL.ExecContext(b.ctx, `CREATE TRIGGER fail_boom BEFORE INSERT ON tasks WHEN NEW.id = 'boom'
 		BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestDrainSpoolTruncatesOnlyAfterCommit(t *testing.T) {
 		t.Fatalf("a failed drain wrote rejects %+v before anything was committed", r)
 	}
 
-	if _, err := b.st.DB.SQL.ExecContext(b.ctx, `DROP TRIGGER fail_boom`); err != nil {
+	if _, err := sqlite.DBOf(b.st.Backend()).SQL.ExecContext(b.ctx, `DROP TRIGGER fail_boom`); err != nil {
 		t.Fatal(err)
 	}
 	b.drain(t)

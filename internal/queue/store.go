@@ -12,13 +12,11 @@ import (
 
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/store"
-	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // Store is the task store over one database.
 type Store struct {
-	DB *sqlite.DB
-	// st is DB as the store interface: every statement goes through it.
+	// st is the database: every statement goes through it.
 	st store.Store
 	// Now is the wall clock, for every time a user reads or writes;
 	// tests replace it to move time without waiting.
@@ -39,10 +37,13 @@ type Store struct {
 	perRow bool
 }
 
-// New returns a Store over d using the host's clocks.
-func New(d *sqlite.DB) *Store {
-	return &Store{DB: d, st: d.Store(), Now: clock.Wall, Boot: clock.Boot}
+// New returns a Store over the database b using the host's clocks.
+func New(b store.Store) *Store {
+	return &Store{st: b, Now: clock.Wall, Boot: clock.Boot}
 }
+
+// Backend is the database the Store keeps its tasks in.
+func (s *Store) Backend() store.Store { return s.st }
 
 func (s *Store) now() time.Time { return s.Now().UTC() }
 

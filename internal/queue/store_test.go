@@ -32,7 +32,7 @@ func setup(t *testing.T) *bundle {
 	home := t.TempDir()
 	d := storetest.OpenSQLite(t, home)
 	clk := cqclock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	st := queue.New(d)
+	st := queue.New(d.Store())
 	st.Now = clk.Now
 	st.Boot = cqclock.Following(clk.Now)
 	return &bundle{ctx: context.Background(), st: st, home: home, clock: clk}
@@ -77,7 +77,7 @@ func (b *bundle) enq(t *testing.T, sp queue.Spec) string {
 // internal columns no public view shows (lane_head, seq, deps_left).
 func (b *bundle) row(t *testing.T, id string) map[string]string {
 	t.Helper()
-	rows, err := b.st.DB.SQL.QueryContext(b.ctx, `SELECT * FROM tasks WHERE id = ?`, id)
+	rows, err := sqlite.DBOf(b.st.Backend()).SQL.QueryContext(b.ctx, `SELECT * FROM tasks WHERE id = ?`, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func (b *bundle) dump(t *testing.T) string {
 		`SELECT * FROM queues ORDER BY name`,
 		`SELECT COUNT(*) AS n, COALESCE(MAX(seq), 0) AS last FROM events`,
 	} {
-		rows, err := b.st.DB.SQL.QueryContext(b.ctx, q)
+		rows, err := sqlite.DBOf(b.st.Backend()).SQL.QueryContext(b.ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func (b *bundle) dump(t *testing.T) string {
 func (b *bundle) eventCount(t *testing.T) int {
 	t.Helper()
 	var n int
-	if err := b.st.DB.SQL.QueryRowContext(b.ctx, `SELECT COUNT(*) FROM events`).Scan(&n); err != nil {
+	if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRowContext(b.ctx, `SELECT COUNT(*) FROM events`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -170,7 +170,7 @@ func (b *bundle) eventCount(t *testing.T) int {
 func (b *bundle) taskCount(t *testing.T) int {
 	t.Helper()
 	var n int
-	if err := b.st.DB.SQL.QueryRowContext(b.ctx, `SELECT COUNT(*) FROM tasks`).Scan(&n); err != nil {
+	if err := sqlite.DBOf(b.st.Backend()).SQL.QueryRowContext(b.ctx, `SELECT COUNT(*) FROM tasks`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -291,7 +291,7 @@ func TestBlockedReasonOrder(t *testing.T) {
 		// yet: mark a held, scheduled task's time as a retry backoff
 		// directly, then release it.
 		id := b.enq(t, queue.Spec{Hold: true, Delay: "1h"})
-		if _, err := b.st.DB.SQL.ExecContext(b.ctx, `UPDATE tasks SET not_before_why = 'retry' WHERE id = ?`, id); err != nil {
+		if _, err := sqlite.DBOf(b.st.Backend()).SQL.ExecContext(b.ctx, `UPDATE tasks SET not_before_why = 'retry' WHERE id = ?`, id); err != nil {
 			t.Fatal(err)
 		}
 		if _, _, err := b.st.Release(b.ctx, id, ""); err != nil {
@@ -829,12 +829,12 @@ func TestUniqueKeys(t *testing.T) {
 		const n = 8
 		stores := make([]*queue.Store, n)
 		for i := range stores {
-			d, err := sqlite.Open(b.ctx, b.st.DB.Path)
+			d, err := sqlite.Open(b.ctx, b.st.Backend().Addr())
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = d.Close() })
-			stores[i] = queue.New(d)
+			stores[i] = queue.New(d.Store())
 		}
 		start := make(chan struct{})
 		errs := make([]error, n)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
 // TestTaskTransitions walks every (from, to) pair of the task state machine
@@ -249,14 +250,14 @@ func mustOp(t *testing.T, b *bundle, what, id string, fn func() error) {
 // forceRun moves a todo task on as a worker would: into doing with a run in
 // runState, and for a finished run on into done or failed. The worker's
 // claim and finish API does not exist yet, so this test-only helper writes
-// the rows and their events directly through st.DB.SQL, as one
+// the rows and their events directly through sqlite.DBOf(st.Backend()).SQL, as one
 // transaction; a later change will replace it with the real claim/finish
 // calls. It touches nothing a user command's refusal could be blamed for:
 // the transitions under test start from what it leaves.
 func forceRun(t *testing.T, b *bundle, id, runState string) {
 	t.Helper()
 	now := queue.FormatTime(b.clock.Now())
-	tx, err := b.st.DB.SQL.BeginTx(b.ctx, nil)
+	tx, err := sqlite.DBOf(b.st.Backend()).SQL.BeginTx(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

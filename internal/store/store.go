@@ -38,6 +38,37 @@ type Store interface {
 	// WriteWithin is Write that waits at most wait for another writer,
 	// then returns ErrBusy having done nothing.
 	WriteWithin(ctx context.Context, wait time.Duration, fn func(Tx) error) error
+
+	Host
+}
+
+// Host is what commands and workers ask of a backend besides its
+// operations.
+type Host interface {
+	// Addr is where the store is: a file path, or a URL. Host-local files
+	// that belong to a store (the worker lock files) are named from it.
+	Addr() string
+	// CheckWritable reports whether the store can be written now,
+	// writing nothing: ErrReadOnly when it cannot until the user acts.
+	CheckWritable(ctx context.Context) error
+	// ChangeWatch tells a follower (cq wait, cq events --follow) whether
+	// the store changed since changed was last called; stop ends the
+	// watch.
+	ChangeWatch(ctx context.Context) (changed func() (bool, error), stop func(), err error)
+	// Attend starts, for a long-lived writer (a worker), the upkeep the
+	// backend wants from one, until stop; an error is worth a warning
+	// (cq works without it, less well). SQLite: the store is held, so
+	// that short commands leave the WAL to this process, and its WAL is
+	// checkpointed in the background.
+	Attend(ctx context.Context) (stop func(), err error)
+	// Leave is called by a short command as it ends. SQLite: the WAL is
+	// trimmed unless a long-lived writer holds the store.
+	Leave(ctx context.Context)
+	// Explain turns a failure of the store into words a user can act on,
+	// naming the store, or returns err as it is.
+	Explain(err error) error
+	// Close closes the store's connections.
+	Close() error
 }
 
 // Reader is every read.

@@ -22,7 +22,7 @@ import (
 	"github.com/cq-dev/cq/internal/maintenance"
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/spool"
-	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -212,7 +212,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// wait for ever on what only the user can fix. Any other failure of
 	// the probe (a busy store, a full disk) is what the loop's backoff is
 	// for.
-	if err := w.st.DB.CheckWritable(ctx); errors.Is(err, sqlite.ErrReadOnly) {
+	if err := w.st.Backend().CheckWritable(ctx); errors.Is(err, store.ErrReadOnly) {
 		w.log.Error("store.error", "op", "start", "error", err.Error())
 		return err
 	} else if err != nil && ctx.Err() == nil {
@@ -229,23 +229,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Before anything is spawned: see reserveThreads.
 	reserveThreads(runtime.GOMAXPROCS(0) + spareThreads)
 	w.subreaper = becomeSubreaper()
-	// Marks the store as held by a long-lived process: short commands
-	// leave the WAL to this worker's checkpoints (see db.TrimWAL).
-	if release, err := w.st.DB.Hold(); err == nil {
-		defer release()
-	} else {
-		w.log.Warn("store.hold_failed", "error", err.Error())
-	}
-	// Checkpoints off the loop: an inline one held a commit, and so
-	// every slot, for its copy and two fsyncs (tens of ms on disk).
-	if stop, err := w.st.DB.BackgroundCheckpoints(ctx); err == nil {
-		defer stop()
-	} else {
-		w.log.Warn("store.checkpointer_failed", "error", err.Error())
+	// The backend's upkeep by a long-lived writer (SQLite: the store is
+	// held, so short commands leave the WAL to this worker, whose
+	// checkpoints run off the loop: an inline one held a commit, and so
+	// every slot, for its copy and two fsyncs).
+	stopAttend, err := w.st.Backend().Attend(ctx)
+	defer stopAttend()
+	if err != nil {
+		w.log.Warn("store.attend_failed", "error", err.Error())
 	}
 	// Says this worker lives: a maintenance pass kills what the runs of a
 	// worker gone with its supervisor left behind (home.WorkerGone).
-	if release, err := home.HoldWorker(w.st.DB.Path, w.id); err == nil {
+	if release, err := home.HoldWorker(w.st.Backend().Addr(), w.id); err == nil {
 		defer release()
 	} else {
 		w.log.Warn("worker.lock_failed", "error", err.Error())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
@@ -20,7 +21,7 @@ import (
 // pass; and likewise a task stored delayed before the worker started.
 func TestWorkerStartsDelayedWorkWhenDue(t *testing.T) {
 	home, st := testStore(t)
-	d := st.DB
+	d := sqlite.DBOf(st.Backend())
 	add := func(id, delay string) {
 		t.Helper()
 		sp, err := queue.Spec{ID: id, Cmd: []string{"true"}, Delay: delay}.Normalize()
@@ -66,7 +67,7 @@ func TestWorkerStartsDelayedWorkWhenDue(t *testing.T) {
 func testStore(t *testing.T) (home string, st *queue.Store) {
 	t.Helper()
 	home = t.TempDir()
-	return home, queue.New(storetest.OpenSQLite(t, home))
+	return home, queue.New(storetest.OpenSQLite(t, home).Store())
 }
 
 // TestRefusedStartWritesTheSummary: a run cancelled while queued, after

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/cq-dev/cq/internal/store"
@@ -30,6 +31,43 @@ func (b *backend) Write(ctx context.Context, fn func(store.Tx) error) error {
 
 func (b *backend) WriteWithin(ctx context.Context, wait time.Duration, fn func(store.Tx) error) error {
 	return (*DB)(b).WriteWithin(ctx, wait, func(tx *Tx) error { return fn(tx) })
+}
+
+func (b *backend) Addr() string { return b.Path }
+
+func (b *backend) CheckWritable(ctx context.Context) error { return (*DB)(b).CheckWritable(ctx) }
+
+func (b *backend) ChangeWatch(ctx context.Context) (func() (bool, error), func(), error) {
+	return (*DB)(b).ChangeWatch(ctx)
+}
+
+func (b *backend) Attend(ctx context.Context) (func(), error) {
+	d := (*DB)(b)
+	release, herr := d.Hold()
+	stop, cerr := d.BackgroundCheckpoints(ctx)
+	return func() {
+		if stop != nil {
+			stop()
+		}
+		if release != nil {
+			release()
+		}
+	}, errors.Join(herr, cerr)
+}
+
+func (b *backend) Leave(ctx context.Context) { (*DB)(b).TrimWAL(ctx) }
+
+func (b *backend) Explain(err error) error { return Explain(b.Path, err) }
+
+func (b *backend) Close() error { return (*DB)(b).Close() }
+
+// DB is the SQLite handle behind a store of this package's, for the tests
+// and tools that reach into SQLite itself; nil for another backend.
+func DBOf(s store.Store) *DB {
+	if b, ok := s.(*backend); ok {
+		return (*DB)(b)
+	}
+	return nil
 }
 
 // nullable is s, or NULL for "".
