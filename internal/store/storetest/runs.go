@@ -13,17 +13,6 @@ import (
 	"github.com/cq-dev/cq/internal/store"
 )
 
-func init() {
-	tests = append(tests, []contractTest{
-		{"ClaimOrder", testClaimOrder},
-		{"ClaimStartLease", testClaimStartLease},
-		{"ClaimRace", testClaimRace},
-		{"RunsBatched", testRunsBatched},
-		{"Completion", testCompletion},
-		{"RunReads", testRunReads},
-	}...)
-}
-
 // claim claims tasks ids of queue q for worker w (host h) at now, each
 // run named "run-" + its task, token "tok-" + its task, attempt 1.
 func claim(tx store.Tx, q, w, h, now string, lease store.Lease, ids ...string) error {

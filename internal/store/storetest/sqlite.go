@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"crypto/sha256"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,53 +49,18 @@ func openSQLite(t testing.TB, path string) *sqlite.DB {
 	return d
 }
 
-// rawSQLite opens the file at path with the driver alone: no migration,
-// no check.
-func rawSQLite(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	raw, err := sql.Open("sqlite3", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw.SetMaxOpenConns(1)
-	return raw
-}
-
-func rawExec(t testing.TB, raw *sql.DB, qs ...string) {
-	t.Helper()
-	for _, q := range qs {
-		if _, err := raw.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-}
-
-// sqliteMake applies migrations 1 to v as cq did (WAL mode and incremental
-// auto-vacuum first), then stores KeptData with columns every version has.
+// sqliteMake makes a store at schema version v holding KeptData.
 func sqliteMake(t testing.TB, path string, v int) {
 	t.Helper()
-	raw := rawSQLite(t, path)
-	defer raw.Close()
-	rawExec(t, raw, `PRAGMA auto_vacuum = INCREMENTAL`, `PRAGMA journal_mode = WAL`)
-	for _, m := range sqlite.Migrations()[:v] {
-		rawExec(t, raw, m.SQL, fmt.Sprintf(`PRAGMA user_version = %d`, m.Version))
+	if err := sqlite.MakeAtVersion(ctx, path, v, KeptID, KeptAt); err != nil {
+		t.Fatal(err)
 	}
-	at := "'" + KeptAt + "'"
-	rawExec(t, raw,
-		`INSERT INTO queues (name, created_at, updated_at) VALUES ('`+KeptID+`', `+at+`, `+at+`)`,
-		`INSERT INTO events (at, kind, task_id, from_state, to_state) VALUES
-			(`+at+`, 'task.created', '`+KeptID+`', NULL, 'inbox'), (`+at+`, 'task.done', '`+KeptID+`', 'inbox', 'done')`,
-		`INSERT INTO tasks (id, state, queue, priority, seq, spec, created_at, updated_at, finished_at)
-			VALUES ('`+KeptID+`', 'done', '`+KeptID+`', 1, 2, '{}', `+at+`, `+at+`, `+at+`)`,
-		`INSERT INTO system_state (key, value, updated_at) VALUES ('`+KeptID+`', 'yes', `+at+`)`)
 }
 
 func sqliteVersion(t testing.TB, path string) int {
 	t.Helper()
-	raw := rawSQLite(t, path)
-	defer raw.Close()
-	var v int
-	if err := raw.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+	v, err := sqlite.SchemaVersion(ctx, path)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -104,9 +68,9 @@ func sqliteVersion(t testing.TB, path string) int {
 
 func sqliteSetVersion(t testing.TB, path string, v int) {
 	t.Helper()
-	raw := rawSQLite(t, path)
-	defer raw.Close()
-	rawExec(t, raw, fmt.Sprintf(`PRAGMA user_version = %d`, v))
+	if err := sqlite.SetSchemaVersion(ctx, path, v); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sqliteContents is every file of the database's folder with its bytes.

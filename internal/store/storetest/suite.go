@@ -46,6 +46,13 @@ var tests = []contractTest{
 	// Upkeep (upkeep.go).
 	{"TaskDelete", testTaskDelete},
 	{"TaskDepsUpkeep", testTaskDepsUpkeep},
+	// Runs (runs.go): claims, starts, leases, ends, completion.
+	{"ClaimOrder", testClaimOrder},
+	{"ClaimStartLease", testClaimStartLease},
+	{"ClaimRace", testClaimRace},
+	{"RunsBatched", testRunsBatched},
+	{"Completion", testCompletion},
+	{"RunReads", testRunReads},
 	// Migrations (Schema).
 	{"MigrateNew", testMigrateNew},
 	{"MigrateOlder", testMigrateOlder},
