@@ -160,30 +160,10 @@ func (t *Tx) TaskUpdate(ctx context.Context, u store.TaskUpdate) (bool, error) {
 	}
 	args := make([]any, 0, 14)
 	args = append(args, u.To, u.At)
-	f := u.Set
-	if f&store.SetSeq != 0 {
-		args = append(args, u.Seq)
-	}
-	if f&store.SetLaneHead != 0 {
-		args = append(args, u.LaneHead)
-	}
-	if f&store.SetHold != 0 {
-		args = append(args, u.Hold)
-	}
-	if f&store.SetBlockedReason != 0 {
-		args = append(args, nullable(u.BlockedReason))
-	}
-	if f&store.SetNotBefore != 0 {
-		args = append(args, nullable(u.NotBefore), nullable(u.NotBeforeWhy))
-	}
-	if f&store.SetTodoAt != 0 {
-		args = append(args, nullable(u.TodoAt))
-	}
-	if f&store.SetFinishedAt != 0 {
-		args = append(args, nullable(u.FinishedAt))
-	}
-	if f&store.SetReason != 0 {
-		args = append(args, nullable(u.Reason))
+	for _, c := range taskUpdateCols {
+		if u.Set&c.bit != 0 && c.args != nil {
+			args = c.args(u, args)
+		}
 	}
 	args = append(args, u.ID, u.From)
 	res, err := t.ExecContext(ctx, *q, args...)
@@ -194,41 +174,38 @@ func (t *Tx) TaskUpdate(ctx context.Context, u store.TaskUpdate) (bool, error) {
 	return n == 1, err
 }
 
+// taskUpdateCols are the fields a TaskUpdate may write, in the order of
+// their placeholders: each bit's assignment, and the values it binds
+// (none for a constant).
+var taskUpdateCols = []struct {
+	bit  store.TaskFields
+	set  string
+	args func(u store.TaskUpdate, args []any) []any
+}{
+	{store.SetSeq, "seq = ?", func(u store.TaskUpdate, a []any) []any { return append(a, u.Seq) }},
+	{store.SetLaneHead, "lane_head = ?", func(u store.TaskUpdate, a []any) []any { return append(a, u.LaneHead) }},
+	{store.SetHold, "hold = ?", func(u store.TaskUpdate, a []any) []any { return append(a, u.Hold) }},
+	{store.SetBlockedReason, "blocked_reason = ?", func(u store.TaskUpdate, a []any) []any { return append(a, nullable(u.BlockedReason)) }},
+	{store.SetNotBefore, "not_before = ?, not_before_why = ?", func(u store.TaskUpdate, a []any) []any {
+		return append(a, nullable(u.NotBefore), nullable(u.NotBeforeWhy))
+	}},
+	{store.SetTodoAt, "todo_at = ?", func(u store.TaskUpdate, a []any) []any { return append(a, nullable(u.TodoAt)) }},
+	{store.SetFinishedAt, "finished_at = ?", func(u store.TaskUpdate, a []any) []any { return append(a, nullable(u.FinishedAt)) }},
+	{store.SetReason, "reason = ?", func(u store.TaskUpdate, a []any) []any { return append(a, nullable(u.Reason)) }},
+	{store.ClearWarned, "warned = 0", nil},
+	{store.ResetFails, "fails_other = 0, fails_transient = 0, fails_timeout = 0", nil},
+}
+
 // taskUpdateText is the UPDATE for the fields f and failure class fc
 // (1-based; 0 none), its placeholders in TaskUpdate's order.
 func taskUpdateText(f store.TaskFields, fc int) string {
 	var b strings.Builder
 	b.WriteString(`UPDATE tasks SET state = ?, updated_at = ?`)
 	set := func(s string) { b.WriteString(", " + s) }
-	if f&store.SetSeq != 0 {
-		set("seq = ?")
-	}
-	if f&store.SetLaneHead != 0 {
-		set("lane_head = ?")
-	}
-	if f&store.SetHold != 0 {
-		set("hold = ?")
-	}
-	if f&store.SetBlockedReason != 0 {
-		set("blocked_reason = ?")
-	}
-	if f&store.SetNotBefore != 0 {
-		set("not_before = ?, not_before_why = ?")
-	}
-	if f&store.SetTodoAt != 0 {
-		set("todo_at = ?")
-	}
-	if f&store.SetFinishedAt != 0 {
-		set("finished_at = ?")
-	}
-	if f&store.SetReason != 0 {
-		set("reason = ?")
-	}
-	if f&store.ClearWarned != 0 {
-		set("warned = 0")
-	}
-	if f&store.ResetFails != 0 {
-		set("fails_other = 0, fails_transient = 0, fails_timeout = 0")
+	for _, c := range taskUpdateCols {
+		if f&c.bit != 0 {
+			set(c.set)
+		}
 	}
 	if fc > 0 {
 		col := failClasses[fc-1].col
