@@ -1,7 +1,9 @@
-// Package queue is cq's domain: tasks, runs, their state machines, and every
-// statement that reads or changes them. Each state change is one
-// conditional UPDATE on the expected state (a compare-and-set) committed in
-// the same transaction as the event that records it.
+// Package queue is cq's domain: tasks, runs, their state machines, key
+// lanes, dependencies, retries and leases. It decides what changes and
+// says so through the operations of internal/store, whatever the backend
+// (docs/store.md). Each state change is a compare-and-set on the state
+// the task or run was read in, committed in the same transaction as the
+// event that records it.
 package queue
 
 import (
