@@ -100,6 +100,25 @@ var (
 	_ store.Tx    = (*Tx)(nil)
 )
 
+// eachString calls fn with the one text column of each row, stopping at
+// its first error.
+func eachString(rows *sql.Rows, err error, fn func(string) error) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		if err := fn(id); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // queryStrings reads the one text column of every row of a query.
 func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
 	rows, err := q.QueryContext(ctx, query, args...)

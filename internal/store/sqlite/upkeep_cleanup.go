@@ -62,20 +62,7 @@ func (r reads) TaskExpiredCount(ctx context.Context, state, before string) (int,
 
 func (r reads) TaskExpiredEach(ctx context.Context, state, before string, fn func(id string) error) error {
 	rows, err := r.q.QueryContext(ctx, sqlExpiredEach, state, before)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		if err := fn(id); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachString(rows, err, fn)
 }
 
 func (r reads) TaskExpiredList(ctx context.Context, state, before string, limit int) ([]string, error) {

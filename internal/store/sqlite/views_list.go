@@ -64,20 +64,7 @@ func (r reads) TaskListIDs(ctx context.Context, f store.TaskFilter, fn func(stri
 	}
 	q, args := listQuery("id", f)
 	rows, err := r.q.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		if err := fn(id); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachString(rows, err, fn)
 }
 
 func (r reads) TaskCount(ctx context.Context, f store.TaskFilter) (int, error) {
