@@ -110,8 +110,9 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 				res.Finished[i].Err = err
 			} else {
 				res.Finished[i].TaskState = st
-				if sum, err := tx.RunSummaryGet(ctx, f.RunID); err == nil {
-					res.Finished[i].Run = runSummary(sum)
+				if v, err := tx.RunViewGet(ctx, f.RunID); err == nil {
+					r := runOf(v)
+					res.Finished[i].Run = &r
 				}
 			}
 			if err := tx.Release("finish"); err != nil {
@@ -126,19 +127,6 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 		return nil
 	})
 	return res, err
-}
-
-// runSummary is the run s as cq prints it; its fields point into s.
-func runSummary(s *store.RunSummary) *Run {
-	orNil := func(p *string) *string { // "" is none
-		if *p == "" {
-			return nil
-		}
-		return p
-	}
-	return &Run{ID: s.ID, TaskID: s.TaskID, Attempt: s.Attempt, State: s.State, ExitCode: s.ExitCode,
-		Signal: orNil(&s.Signal), Worker: orNil(&s.Worker), StartedAt: orNil(&s.StartedAt), EndedAt: orNil(&s.EndedAt),
-		Error: orNil(&s.Error), Reason: orNil(&s.Reason), CreatedAt: s.CreatedAt}
 }
 
 // finishSucceeded records at once the ends of fs that are plain
@@ -182,7 +170,8 @@ func finishSucceeded(ctx context.Context, tx store.Tx, now time.Time, fs []Finis
 	}
 	runs := make(map[string]*Run, len(sums))
 	for i := range sums {
-		runs[sums[i].ID] = runSummary(&sums[i])
+		r := runOf(&sums[i])
+		runs[sums[i].ID] = &r
 	}
 	var tasks []string
 	for _, i := range idx {

@@ -234,21 +234,17 @@ func (s *Store) TaskStatuses(ctx context.Context, ids []string) (map[string]Task
 	return out, nil
 }
 
-// runOf is a run as cq prints it.
+// runOf is the run v as cq prints it; its fields point into v.
 func runOf(v *store.RunView) Run {
-	return Run{ID: v.ID, TaskID: v.TaskID, Attempt: v.Attempt, State: v.State, ExitCode: v.ExitCode,
-		Signal: strp(v.Signal), Worker: strp(v.Worker), StartedAt: strp(v.StartedAt), EndedAt: strp(v.EndedAt),
-		Error: strp(v.Error), Reason: strp(v.Reason), CreatedAt: v.CreatedAt}
-}
-
-// runView reads one run as cq prints it.
-func runView(ctx context.Context, q store.Reader, runID string) (*Run, error) {
-	v, err := q.RunViewGet(ctx, runID)
-	if err != nil {
-		return nil, err
+	orNil := func(p *string) *string { // "" is none
+		if *p == "" {
+			return nil
+		}
+		return p
 	}
-	r := runOf(v)
-	return &r, nil
+	return Run{ID: v.ID, TaskID: v.TaskID, Attempt: v.Attempt, State: v.State, ExitCode: v.ExitCode,
+		Signal: orNil(&v.Signal), Worker: orNil(&v.Worker), StartedAt: orNil(&v.StartedAt), EndedAt: orNil(&v.EndedAt),
+		Error: orNil(&v.Error), Reason: orNil(&v.Reason), CreatedAt: v.CreatedAt}
 }
 
 // Runs returns a task's runs, oldest first.

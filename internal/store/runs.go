@@ -141,21 +141,6 @@ type RunEnd struct {
 	Error    string
 }
 
-// RunSummary is a run as cq shows it (summary.json).
-type RunSummary struct {
-	ID, TaskID string
-	Attempt    int
-	State      string
-	ExitCode   *int // nil for none
-	Signal     string
-	Worker     string
-	StartedAt  string
-	EndedAt    string
-	Error      string
-	Reason     string
-	CreatedAt  string
-}
-
 // DoneTask is a task TasksDone moved to done.
 type DoneTask struct {
 	Key        string // "" for none
@@ -181,9 +166,6 @@ type RunReader interface {
 	RunGet(ctx context.Context, id string) (*Run, error)
 	// RunState reads one run's state; ErrNotFound when there is none.
 	RunState(ctx context.Context, id string) (string, error)
-	// RunSummaryGet reads one run as cq shows it; ErrNotFound when there
-	// is none.
-	RunSummaryGet(ctx context.Context, id string) (*RunSummary, error)
 	// RunsLiveOnHost lists the live runs whose host is host, in no
 	// particular order.
 	RunsLiveOnHost(ctx context.Context, host string) ([]LiveRun, error)
@@ -244,7 +226,7 @@ type RunWriter interface {
 	// signal and error as given, its reason kept. It returns the runs it
 	// ended, as cq shows them now, in no particular order; a run given
 	// twice ends once.
-	RunsSucceed(ctx context.Context, ends []RunEnd) ([]RunSummary, error)
+	RunsSucceed(ctx context.Context, ends []RunEnd) ([]RunView, error)
 	// TasksDone moves each task of ids that is doing to done, as the
 	// success of its run ends it: no longer its lane's head, no blocked
 	// reason nor reason, finished and updated at. It returns those it

@@ -33,11 +33,8 @@ func ScanRun(sc interface{ Scan(...any) error }, r *store.Run, more ...any) erro
 const runsLive = `(state = 'queued' OR state = 'running' OR state = 'cancelling')`
 
 const (
-	sqlRunGet   = `SELECT ` + RunCols + ` FROM runs WHERE id = ?`
-	sqlRunState = `SELECT state FROM runs WHERE id = ?`
-	// runSummaryCols are the columns scanRunSummary reads.
-	runSummaryCols       = `id, task_id, attempt, state, exit_code, signal, worker, started_at, ended_at, error, reason, created_at`
-	sqlRunSummary        = `SELECT ` + runSummaryCols + ` FROM runs WHERE id = ?`
+	sqlRunGet            = `SELECT ` + RunCols + ` FROM runs WHERE id = ?`
+	sqlRunState          = `SELECT state FROM runs WHERE id = ?`
 	sqlLiveRunsOnHost    = `SELECT ` + RunCols + `, COALESCE(worker,'') FROM runs WHERE ` + runsLive + ` AND host = ?`
 	sqlRunUpdateSetHead  = `UPDATE runs SET state = ?, reason = COALESCE(?, reason)`
 	sqlRunUpdateSetEnded = `, ended_at = ?`
@@ -63,33 +60,6 @@ func (r reads) RunState(ctx context.Context, id string) (string, error) {
 		return "", store.ErrNotFound
 	}
 	return st, err
-}
-
-func (r reads) RunSummaryGet(ctx context.Context, id string) (*store.RunSummary, error) {
-	var s store.RunSummary
-	err := scanRunSummary(r.q.QueryRowContext(ctx, sqlRunSummary, id), &s)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
-
-// scanRunSummary reads a row of runSummaryCols into s.
-func scanRunSummary(sc interface{ Scan(...any) error }, s *store.RunSummary) error {
-	var exit sql.NullInt64
-	var sig, worker, started, ended, errs, reason sql.NullString
-	if err := sc.Scan(&s.ID, &s.TaskID, &s.Attempt, &s.State, &exit, &sig, &worker, &started, &ended, &errs, &reason, &s.CreatedAt); err != nil {
-		return err
-	}
-	if exit.Valid {
-		v := int(exit.Int64)
-		s.ExitCode = &v
-	}
-	s.Signal, s.Worker, s.StartedAt, s.EndedAt, s.Error, s.Reason = sig.String, worker.String, started.String, ended.String, errs.String, reason.String
-	return nil
 }
 
 func (r reads) RunsLiveOnHost(ctx context.Context, host string) ([]store.LiveRun, error) {

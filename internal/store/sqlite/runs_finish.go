@@ -19,7 +19,7 @@ var (
 				ended_at = CASE WHEN v.clamp THEN MAX(v.ended, runs.created_at, COALESCE(runs.started_at, '')) ELSE v.ended END,
 				exit_code = v.exit, signal = v.sig, error = v.err
 			FROM v WHERE runs.id = v.id AND +runs.state = 'running' AND runs.lease_token = v.token
-			RETURNING ` + qualified("runs", runSummaryCols)
+			RETURNING ` + qualified("runs", RunViewCols)
 	})
 	// doneTasksSQL: k tasks doing → done; ?1 and ?2 are the time.
 	doneTasksSQL = newSQLByCount(func(k int) string {
@@ -31,7 +31,7 @@ var (
 
 // RunsSucceed ends the runs with one UPDATE per chunk (a CAS on each),
 // which returns them as cq shows them.
-func (t *Tx) RunsSucceed(ctx context.Context, ends []store.RunEnd) ([]store.RunSummary, error) {
+func (t *Tx) RunsSucceed(ctx context.Context, ends []store.RunEnd) ([]store.RunView, error) {
 	args := make([]any, 0, 7*len(ends))
 	for _, e := range ends {
 		clamp := 0
@@ -44,7 +44,7 @@ func (t *Tx) RunsSucceed(ctx context.Context, ends []store.RunEnd) ([]store.RunS
 		}
 		args = append(args, e.RunID, e.Token, e.EndedAt, clamp, exit, nullable(e.Signal), nullable(e.Error))
 	}
-	out := make([]store.RunSummary, 0, len(ends))
+	out := make([]store.RunView, 0, len(ends))
 	err := inChunks(len(ends), func(lo, hi int) error {
 		rows, err := t.QueryContext(ctx, endRunsSQL.get(hi-lo), args[7*lo:7*hi]...)
 		if err != nil {
@@ -52,8 +52,8 @@ func (t *Tx) RunsSucceed(ctx context.Context, ends []store.RunEnd) ([]store.RunS
 		}
 		defer rows.Close()
 		for rows.Next() {
-			out = append(out, store.RunSummary{})
-			if err := scanRunSummary(rows, &out[len(out)-1]); err != nil {
+			out = append(out, store.RunView{})
+			if err := ScanRunView(rows, &out[len(out)-1]); err != nil {
 				return err
 			}
 		}

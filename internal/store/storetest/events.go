@@ -29,7 +29,7 @@ func testEventOrder(t *testing.T, b Backend) {
 	e.write(func(tx store.Tx) error {
 		last, err := tx.EventLastSeq(ctx)
 		if err != nil || last != 0 {
-			return fmt.Errorf("EventLastSeq of a new store = %d, %v; want 0", last, err)
+			return fmt.Errorf("EventLastSeq of a new store = %d, %w; want 0", last, err)
 		}
 		if first, err = tx.EventNextSeq(ctx); err != nil {
 			return err
@@ -87,7 +87,7 @@ func testEventOrder(t *testing.T, b Backend) {
 			return err
 		}
 		if c, err := tx.EventCancelledTasks(ctx, got[4].Seq); !slices.Equal(c, []string{"t3"}) || err != nil {
-			return fmt.Errorf("EventCancelledTasks after seq %d = %v, %v; want [t3]", got[4].Seq, c, err)
+			return fmt.Errorf("EventCancelledTasks after seq %d = %v, %w; want [t3]", got[4].Seq, c, err)
 		}
 		return nil
 	})
@@ -161,7 +161,7 @@ func testWriteRollsBack(t *testing.T, b Backend) {
 			return err
 		}
 		if ok, err := tx.TaskExists(ctx, "b"); ok || err != nil {
-			return fmt.Errorf("b still there after RollbackTo: %v, %v", ok, err)
+			return fmt.Errorf("b still there after RollbackTo: %v, %w", ok, err)
 		}
 		if err := enqueue(tx, store.Task{ID: "d"}, at(3)); err != nil {
 			return err

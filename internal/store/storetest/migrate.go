@@ -88,7 +88,7 @@ func testMigrateOlder(t *testing.T, b Backend) {
 				}
 				deleted, spans, err := tx.TaskDelete(ctx, "done", []string{KeptID})
 				if err != nil || len(deleted) != 1 || len(spans) != 1 {
-					return fmt.Errorf("TaskDelete(kept) = %v, %v, %v", deleted, spans, err)
+					return fmt.Errorf("TaskDelete(kept) = %v, %v, %w", deleted, spans, err)
 				}
 				_, err = tx.EventSweep(ctx, spans[0].First, spans[0].End)
 				return err

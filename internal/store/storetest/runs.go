@@ -153,7 +153,7 @@ func testClaimStartLease(t *testing.T, b Backend) {
 	for _, err := range []error{
 		func() error { _, err := e.s.RunGet(ctx, "nope"); return err }(),
 		func() error { _, err := e.s.RunState(ctx, "nope"); return err }(),
-		func() error { _, err := e.s.RunSummaryGet(ctx, "nope"); return err }(),
+		func() error { _, err := e.s.RunViewGet(ctx, "nope"); return err }(),
 	} {
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("a read of no run: %v, want ErrNotFound", err)
@@ -428,12 +428,12 @@ func testRunsBatched(t *testing.T, b Backend) {
 			}
 			if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: tk.ID, From: "doing", To: "done", At: at(70),
 				Set: store.SetLaneHead | store.SetBlockedReason | store.SetFinishedAt | store.SetReason, FinishedAt: at(70)}); !ok || err != nil {
-				return fmt.Errorf("task %s done: %v, %v", tk.ID, ok, err)
+				return fmt.Errorf("task %s done: %v, %w", tk.ID, ok, err)
 			}
 		}
 		return nil
 	})
-	var summaries []store.RunSummary
+	var summaries []store.RunView
 	var done map[string]store.DoneTask
 	many.write(func(tx store.Tx) error {
 		var err error
@@ -448,7 +448,7 @@ func testRunsBatched(t *testing.T, b Backend) {
 		t.Errorf("RunsSucceed returned %d runs, want %d", len(summaries), n-1)
 	}
 	for _, s := range summaries {
-		want, err := many.s.RunSummaryGet(ctx, s.ID)
+		want, err := many.s.RunViewGet(ctx, s.ID)
 		if err != nil || summaryKey(s) != summaryKey(*want) {
 			t.Errorf("RunsSucceed returned %+v; stored %+v, %v", s, want, err)
 		}
@@ -485,7 +485,7 @@ func viewKey(v store.RunView) string {
 	return fmt.Sprintf("%+v exit %v", v, code)
 }
 
-func summaryKey(s store.RunSummary) string {
+func summaryKey(s store.RunView) string {
 	code := deref(s.ExitCode)
 	s.ExitCode = nil
 	return fmt.Sprintf("%+v exit %v", s, code)
@@ -528,7 +528,7 @@ func testClaimRace(t *testing.T, b Backend) {
 				err := s.Write(ctx, func(tx store.Tx) error {
 					qs, err := tx.ClaimQueues(ctx, []string{"lim"})
 					if err != nil || len(qs) != 1 {
-						return fmt.Errorf("ClaimQueues = %v, %v", qs, err)
+						return fmt.Errorf("ClaimQueues = %v, %w", qs, err)
 					}
 					room := min(qs[0].Concurrency-qs[0].Live, 2)
 					heads, err := tx.ClaimHeads(ctx, "lim", max(room, 1), nil)
@@ -566,7 +566,7 @@ func testClaimRace(t *testing.T, b Backend) {
 					for _, tid := range mine {
 						if ok, err := tx.RunUpdate(ctx, store.RunUpdate{ID: "run-" + tid, From: "queued", To: "succeeded", Token: "tok-" + tid,
 							Set: store.SetRunEndedAt, EndedAt: at(2)}); !ok || err != nil {
-							return fmt.Errorf("end run-%s: %v, %v", tid, ok, err)
+							return fmt.Errorf("end run-%s: %v, %w", tid, ok, err)
 						}
 						if err := finish(tx, tid, "doing", "done", at(2)); err != nil {
 							return err
@@ -696,7 +696,7 @@ func testRunReads(t *testing.T, b Backend) {
 			run, task, at string
 		}{"a": {"succeeded", "done", at(5)}, "b": {"failed", "failed", at(8)}} {
 			if ok, err := tx.RunUpdate(ctx, store.RunUpdate{ID: "run-" + id, From: "running", To: end.run, Set: store.SetRunEndedAt, EndedAt: end.at}); !ok || err != nil {
-				return fmt.Errorf("end run-%s: %v, %v", id, ok, err)
+				return fmt.Errorf("end run-%s: %v, %w", id, ok, err)
 			}
 			if err := finish(tx, id, "doing", end.task, end.at); err != nil {
 				return err
@@ -709,7 +709,7 @@ func testRunReads(t *testing.T, b Backend) {
 	e.write(func(tx store.Tx) error {
 		var err error
 		if ok, err = tx.RunCancelStep(ctx, store.RunCancel{ID: "run-c", From: "queued", To: "cancelling", Reason: "user"}); ok || err != nil {
-			return fmt.Errorf("a cancel step from another state applied: %v, %v", ok, err)
+			return fmt.Errorf("a cancel step from another state applied: %v, %w", ok, err)
 		}
 		ok, err = tx.RunCancelStep(ctx, store.RunCancel{ID: "run-c", From: "running", To: "cancelling", Reason: "user"})
 		return err
@@ -736,7 +736,7 @@ func testRunReads(t *testing.T, b Backend) {
 	e.write(func(tx store.Tx) error {
 		ok, err := tx.RunCancelStep(ctx, store.RunCancel{ID: "run-c", From: "cancelling", To: "cancelled", EndedAt: at(9)})
 		if !ok || err != nil {
-			return fmt.Errorf("the cancel's end: %v, %v", ok, err)
+			return fmt.Errorf("the cancel's end: %v, %w", ok, err)
 		}
 		return finish(tx, "c", "doing", "cancelled", at(9))
 	})

@@ -199,7 +199,7 @@ func finish(tx store.Tx, id, from, to, now string) error {
 	ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: id, From: from, To: to, At: now,
 		Set: store.SetLaneHead | store.SetFinishedAt, FinishedAt: now})
 	if err != nil || !ok {
-		return fmt.Errorf("finish %s from %s: applied %v, %v", id, from, ok, err)
+		return fmt.Errorf("finish %s from %s: applied %v, %w", id, from, ok, err)
 	}
 	if err := tx.EventAdd(ctx, store.Event{At: now, Kind: "task." + to, TaskID: id, From: from, To: to}); err != nil {
 		return err

@@ -212,11 +212,11 @@ func fullTask(e *env, id string) store.Task {
 		for _, c := range []string{"other", "transient", "transient", "timeout", "timeout", "timeout"} {
 			if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: id, From: "todo", To: "todo", At: at(1),
 				Set: store.SpendFail, FailClass: c}); !ok || err != nil {
-				return fmt.Errorf("spend a %s failure: %v, %v", c, ok, err)
+				return fmt.Errorf("spend a %s failure: %v, %w", c, ok, err)
 			}
 		}
 		if ok, err := tx.TaskWarnedSet(ctx, id); !ok || err != nil {
-			return fmt.Errorf("TaskWarnedSet: %v, %v", ok, err)
+			return fmt.Errorf("TaskWarnedSet: %v, %w", ok, err)
 		}
 		return nil
 	})
@@ -508,7 +508,7 @@ func testTaskLaneHeads(t *testing.T, b Backend) {
 	// blocked, becomes the head.
 	e.write(func(tx store.Tx) error {
 		if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: "z", From: "todo", To: "doing", At: at(2)}); !ok || err != nil {
-			return fmt.Errorf("start z: %v, %v", ok, err)
+			return fmt.Errorf("start z: %v, %w", ok, err)
 		}
 		return tx.TaskLaneAdvance(ctx, "k")
 	})
@@ -534,7 +534,7 @@ func testTaskLaneHeads(t *testing.T, b Backend) {
 		}
 		if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: "w", From: "inbox", To: "todo", At: at(4),
 			Set: store.SetSeq | store.SetLaneHead | store.SetTodoAt, Seq: seq, LaneHead: !held, TodoAt: at(4)}); !ok || err != nil {
-			return fmt.Errorf("enqueue w: %v, %v", ok, err)
+			return fmt.Errorf("enqueue w: %v, %w", ok, err)
 		}
 		return tx.EventAdd(ctx, store.Event{At: at(4), Kind: "task.todo", TaskID: "w", From: "inbox", To: "todo"})
 	})
@@ -689,7 +689,7 @@ func testTaskDependencies(t *testing.T, b Backend) {
 		}
 		ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: "u", From: "blocked", To: "doing", At: at(5)})
 		if !ok {
-			return fmt.Errorf("start u: %v", err)
+			return fmt.Errorf("start u: %w", err)
 		}
 		return err
 	})
@@ -726,7 +726,7 @@ func testTaskDependencies(t *testing.T, b Backend) {
 			return fmt.Errorf("TaskDependencyDone(b) = %v, want [x]", ids(ready))
 		}
 		if ready, err := tx.TaskDependencyDone(ctx, "nobody's"); len(ready) != 0 || err != nil {
-			return fmt.Errorf("TaskDependencyDone(nobody's) = %v, %v", ids(ready), err)
+			return fmt.Errorf("TaskDependencyDone(nobody's) = %v, %w", ids(ready), err)
 		}
 		return err
 	})

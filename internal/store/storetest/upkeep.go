@@ -70,11 +70,11 @@ func testTaskDelete(t *testing.T, b Backend) {
 		// Set done by hand, with no event.
 		for id, from := range map[string]string{"hand": "todo", "noev": "inbox"} {
 			if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: id, From: from, To: "done", At: at(2), Set: store.SetFinishedAt, FinishedAt: at(2)}); !ok || err != nil {
-				return fmt.Errorf("%s to done: %v, %v", id, ok, err)
+				return fmt.Errorf("%s to done: %v, %w", id, ok, err)
 			}
 		}
 		if ok, err := tx.TaskUpdate(ctx, store.TaskUpdate{ID: "noev", From: "done", To: "done", At: at(3), Set: store.SetFinishedAt, FinishedAt: at(3)}); !ok || err != nil {
-			return fmt.Errorf("noev: %v, %v", ok, err)
+			return fmt.Errorf("noev: %v, %w", ok, err)
 		}
 		return finish(tx, "own", "todo", "done", at(4))
 	})
@@ -194,7 +194,7 @@ func testTaskDelete(t *testing.T, b Backend) {
 	}
 	e.write(func(tx store.Tx) error {
 		if n, err := tx.EventSweep(ctx, 0, last); n != 0 || err != nil {
-			return fmt.Errorf("sweeping again deleted %d, %v", n, err)
+			return fmt.Errorf("sweeping again deleted %d, %w", n, err)
 		}
 		return nil
 	})

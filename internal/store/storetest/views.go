@@ -188,13 +188,13 @@ func testTaskBlockedReads(t *testing.T, b Backend) {
 	}
 	e.write(func(tx store.Tx) error {
 		if ok, err := tx.TaskWarnedSet(ctx, "behind"); !ok || err != nil {
-			return fmt.Errorf("TaskWarnedSet(behind) = %v, %v", ok, err)
+			return fmt.Errorf("TaskWarnedSet(behind) = %v, %w", ok, err)
 		}
 		if ok, err := tx.TaskWarnedSet(ctx, "behind"); ok || err != nil {
-			return fmt.Errorf("TaskWarnedSet(behind) again = %v, %v", ok, err)
+			return fmt.Errorf("TaskWarnedSet(behind) again = %v, %w", ok, err)
 		}
 		if ok, err := tx.TaskWarnedSet(ctx, "free"); ok || err != nil {
-			return fmt.Errorf("TaskWarnedSet(free), blocked = %v, %v", ok, err)
+			return fmt.Errorf("TaskWarnedSet(free), blocked = %v, %w", ok, err)
 		}
 		return nil
 	})
@@ -248,7 +248,7 @@ func testSnapshot(t *testing.T, b Backend) {
 		}
 		return tx.Snapshot(ctx, func(r store.Reader) error {
 			if ok, err := r.TaskExists(ctx, "c"); !ok || err != nil {
-				return fmt.Errorf("a snapshot in a transaction does not read it: %v, %v", ok, err)
+				return fmt.Errorf("a snapshot in a transaction does not read it: %v, %w", ok, err)
 			}
 			return nil
 		})
