@@ -64,7 +64,7 @@ func (s *Store) WorkerLeft(ctx context.Context, id string) error {
 // Workers lists the live workers, by start time, each with the number
 // of runs it holds.
 func (s *Store) Workers(ctx context.Context) ([]Worker, error) {
-	ws, err := s.st.WorkerListLive(ctx, leaseTime(s.leaseNow(s.now())))
+	ws, err := s.st.WorkerListLive(ctx, s.leaseNow(s.now()).clock())
 	if err != nil {
 		return nil, err
 	}
@@ -91,18 +91,13 @@ func (s *Store) Workers(ctx context.Context) ([]Worker, error) {
 	return out, nil
 }
 
-// leaseTime is the instant n as the store judges leases at.
-func leaseTime(n leaseNow) store.LeaseTime {
-	return store.LeaseTime{Wall: FormatTime(n.wall), BootID: n.boot.ID, BootNS: int64(n.boot.Since)}
-}
-
 // AnyWorkerLive reports whether at least one worker is live.
 func (s *Store) AnyWorkerLive(ctx context.Context) (bool, error) {
 	return anyWorkerLive(ctx, s.st, s.leaseNow(s.now()))
 }
 
 func anyWorkerLive(ctx context.Context, q store.Reader, now leaseNow) (bool, error) {
-	return q.WorkerAnyLive(ctx, leaseTime(now))
+	return q.WorkerAnyLive(ctx, now.clock())
 }
 
 // SweepWorkers deletes the rows of workers whose lease passed more than

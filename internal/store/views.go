@@ -82,14 +82,6 @@ type TaskClearScan struct {
 	Limit       int
 }
 
-// LeaseTime is the instant a lease is judged at: the wall time, and the
-// boot clock's reading when there is one (BootID "" when not).
-type LeaseTime struct {
-	Wall   string
-	BootID string
-	BootNS int64 // the boot clock: nanoseconds since boot BootID began
-}
-
 // Worker is a workers row as cq workers lists it.
 type Worker struct {
 	ID, Host    string
@@ -215,10 +207,10 @@ type ViewReader interface {
 	// at.BootID's clock is judged on it, one of another boot has passed,
 	// and one with no boot id, or any lease when at has none, is judged
 	// by its wall-clock expiry.
-	WorkerListLive(ctx context.Context, at LeaseTime) ([]Worker, error)
+	WorkerListLive(ctx context.Context, at LeaseClock) ([]Worker, error)
 	// WorkerAnyLive reports whether a worker's lease has not passed at
 	// at (judged as in WorkerListLive).
-	WorkerAnyLive(ctx context.Context, at LeaseTime) (bool, error)
+	WorkerAnyLive(ctx context.Context, at LeaseClock) (bool, error)
 	// WorkerRunCounts calls fn with each worker holding live runs
 	// (queued, running or cancelling) and how many.
 	WorkerRunCounts(ctx context.Context, fn func(worker string, n int)) error

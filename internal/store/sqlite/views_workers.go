@@ -8,28 +8,17 @@ import (
 
 // The workers table: one row per live worker, refreshed at its ticks.
 
+// A workers row's lease columns are those of runs, judged the same way
+// (leaseValidCond, with leaseCondArgs).
 const (
-	// sqlWorkerLive holds for a workers row whose lease has not passed;
-	// its lease columns are those of runs, judged the same way: on the
-	// boot clock for a lease of this boot, expired for one of another
-	// boot, by the wall clock when either side has no boot id. It takes
-	// leaseArgs.
-	sqlWorkerLive = `(CASE WHEN boot_id IS NULL OR ? IS NULL THEN lease_expires_at > ?
-		ELSE boot_id = ? AND lease_until_ns > ? END)`
 	// sqlWorkerRuns counts live runs by worker, from the runs_live index
 	// (its condition repeated, see runsLive).
 	sqlWorkerRuns = `SELECT worker, COUNT(*) FROM runs WHERE ` + runsLive + ` AND worker IS NOT NULL GROUP BY worker`
 )
 
-// leaseArgs are sqlWorkerLive's values for the instant at.
-func leaseArgs(at store.LeaseTime) []any {
-	id := nullable(at.BootID)
-	return []any{id, at.Wall, id, at.BootNS}
-}
-
-func (r reads) WorkerListLive(ctx context.Context, at store.LeaseTime) ([]store.Worker, error) {
+func (r reads) WorkerListLive(ctx context.Context, at store.LeaseClock) ([]store.Worker, error) {
 	rows, err := r.q.QueryContext(ctx, `SELECT id, host, pid, queues, concurrency, started_at, last_seen
-		FROM workers WHERE `+sqlWorkerLive+` ORDER BY started_at, id`, leaseArgs(at)...)
+		FROM workers WHERE `+leaseValidCond+` ORDER BY started_at, id`, leaseCondArgs(at)...)
 	if err != nil {
 		return nil, err
 	}
@@ -45,9 +34,9 @@ func (r reads) WorkerListLive(ctx context.Context, at store.LeaseTime) ([]store.
 	return out, rows.Err()
 }
 
-func (r reads) WorkerAnyLive(ctx context.Context, at store.LeaseTime) (bool, error) {
+func (r reads) WorkerAnyLive(ctx context.Context, at store.LeaseClock) (bool, error) {
 	var live bool
-	err := r.q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM workers WHERE `+sqlWorkerLive+`)`, leaseArgs(at)...).Scan(&live)
+	err := r.q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM workers WHERE `+leaseValidCond+`)`, leaseCondArgs(at)...).Scan(&live)
 	return live, err
 }
 

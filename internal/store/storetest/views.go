@@ -443,7 +443,7 @@ func testWorkers(t *testing.T, b Backend) {
 		LeaseExpires: at(60), BootID: "b1", LeaseUntilNS: 5000}
 	late := store.WorkerSeen{ID: "a-late", Host: "h1", PID: 30, Queues: `[]`, Concurrency: 1, LeaseMS: 60000, At: at(1), LeaseExpires: at(61)}
 	save(wall, boot, late)
-	live := func(lt store.LeaseTime, want ...string) {
+	live := func(lt store.LeaseClock, want ...string) {
 		t.Helper()
 		ws, err := e.s.WorkerListLive(ctx, lt)
 		if err != nil {
@@ -461,17 +461,17 @@ func testWorkers(t *testing.T, b Backend) {
 		}
 	}
 	// By start, then id.
-	live(store.LeaseTime{Wall: at(10)}, "w-boot", "w-wall", "a-late")
+	live(store.LeaseClock{Wall: at(10)}, "w-boot", "w-wall", "a-late")
 	// No boot clock: every lease on the wall clock.
-	live(store.LeaseTime{Wall: at(60)}, "a-late")
-	live(store.LeaseTime{Wall: at(61)})
+	live(store.LeaseClock{Wall: at(60)}, "a-late")
+	live(store.LeaseClock{Wall: at(61)})
 	// The same boot: w-boot's on the boot clock, the others' on the wall.
-	live(store.LeaseTime{Wall: at(100), BootID: "b1", BootNS: 4999}, "w-boot")
-	live(store.LeaseTime{Wall: at(10), BootID: "b1", BootNS: 5000}, "w-wall", "a-late")
+	live(store.LeaseClock{Wall: at(100), BootID: "b1", BootNS: 4999}, "w-boot")
+	live(store.LeaseClock{Wall: at(10), BootID: "b1", BootNS: 5000}, "w-wall", "a-late")
 	// Another boot: w-boot's lease has passed.
-	live(store.LeaseTime{Wall: at(10), BootID: "b2", BootNS: 0}, "w-wall", "a-late")
+	live(store.LeaseClock{Wall: at(10), BootID: "b2", BootNS: 0}, "w-wall", "a-late")
 
-	ws, err := e.s.WorkerListLive(ctx, store.LeaseTime{Wall: at(10)})
+	ws, err := e.s.WorkerListLive(ctx, store.LeaseClock{Wall: at(10)})
 	if err != nil || len(ws) != 3 {
 		t.Fatal(ws, err)
 	}
@@ -481,7 +481,7 @@ func testWorkers(t *testing.T, b Backend) {
 	// A refresh keeps the start; it may drop the boot clock.
 	boot.At, boot.Host, boot.PID, boot.Queues, boot.Concurrency, boot.LeaseExpires, boot.BootID = at(30), "h3", 21, `["c"]`, 5, at(90), ""
 	save(boot)
-	ws, err = e.s.WorkerListLive(ctx, store.LeaseTime{Wall: at(70), BootID: "b1", BootNS: 1 << 40})
+	ws, err = e.s.WorkerListLive(ctx, store.LeaseClock{Wall: at(70), BootID: "b1", BootNS: 1 << 40})
 	if want := []store.Worker{{ID: "w-boot", Host: "h3", PID: 21, Queues: `["c"]`, Concurrency: 5, StartedAt: at(0), LastSeen: at(30)}}; err != nil || !slices.Equal(ws, want) {
 		t.Errorf("after a refresh: %+v, %v; want %+v", ws, err, want)
 	}
@@ -495,12 +495,12 @@ func testWorkers(t *testing.T, b Backend) {
 	if swept != 1 {
 		t.Errorf("WorkerSweep(%s) = %d, want 1", at(61), swept)
 	}
-	live(store.LeaseTime{Wall: at(0)}, "w-boot", "a-late")
+	live(store.LeaseClock{Wall: at(0)}, "w-boot", "a-late")
 	e.write(func(tx store.Tx) error {
 		if err := tx.WorkerDelete(ctx, "a-late"); err != nil {
 			return err
 		}
 		return tx.WorkerDelete(ctx, "none")
 	})
-	live(store.LeaseTime{Wall: at(0)}, "w-boot")
+	live(store.LeaseClock{Wall: at(0)}, "w-boot")
 }
