@@ -14,8 +14,8 @@ import (
 const (
 	// sqlRunLiveOfTask finds the run through UNIQUE (task_id, attempt),
 	// newest attempt first; the live states are spelled as in runs_live
-	// (schema.sql, migration 5).
-	sqlRunLiveOfTask = `SELECT id, state FROM runs WHERE task_id = ? AND (state = 'queued' OR state = 'running' OR state = 'cancelling')
+	// (runsLive).
+	sqlRunLiveOfTask = `SELECT id, state FROM runs WHERE task_id = ? AND ` + runsLive + `
 		ORDER BY attempt DESC LIMIT 1`
 	sqlDependentsCancelled = `SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
 			WHERE d.dep_id = ? AND t.state = 'cancelled' AND t.reason IN (?, ?) ORDER BY t.seq, t.id`

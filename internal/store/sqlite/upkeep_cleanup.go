@@ -11,8 +11,8 @@ import (
 // Cleanup's statements: finding tasks past retention, deleting them in
 // batches, and sweeping their events afterwards.
 //
-// No event write pays for an index of every event by its task (schema.sql,
-// migration 7): the events of deleted tasks are deleted in two steps.
+// No event write pays for an index of every event by its task
+// (migrations/0007_events_task_ends.sql): the events of deleted tasks are deleted in two steps.
 // TaskDelete reads, through events_task_ends, the window of seqs that
 // holds each deleted task's events (from its task.created to its last
 // terminal event); EventSweep later deletes the events of a window whose
