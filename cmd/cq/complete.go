@@ -189,7 +189,7 @@ func (a *App) completeIDs(cmd *cobra.Command, args []string, toComplete, head st
 	if st == nil {
 		return nil, none
 	}
-	defer sqlite.DBOf(st.Backend()).SQL.Close()
+	defer st.Backend().Close()
 	hints, err := st.CompletionIDs(ctx, toComplete, completionIDs+len(args))
 	if err != nil {
 		cobra.CompDebugln("cq: "+err.Error(), false)
@@ -226,7 +226,7 @@ func (a *App) completeQueues(cmd *cobra.Command, toComplete string) ([]cobra.Com
 	if st == nil {
 		return nil, none
 	}
-	defer sqlite.DBOf(st.Backend()).SQL.Close()
+	defer st.Backend().Close()
 	names, err := st.QueueNames(ctx)
 	if err != nil {
 		cobra.CompDebugln("cq: "+err.Error(), false)
