@@ -18,6 +18,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -128,42 +129,51 @@ var fixtureTerminal = map[string]bool{"done": true, "failed": true, "cancelled":
 //	blocked_reason=R   why it is blocked
 func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]string) error {
 	now := s.Now()
-	var sets []string
-	var vals []any
-	set := func(col string, v any) {
-		sets = append(sets, col+" = ?")
-		vals = append(vals, v)
-	}
-	for k, v := range f {
-		switch k {
-		case "state":
-			set("state", v)
-			if fixtureTerminal[v] {
-				set("lane_head", 0)
-				if _, ok := f["finished"]; !ok {
-					sets = append(sets, "finished_at = updated_at")
-				}
-			}
-		case "finished", "not_before":
-			t, err := fixtureWhen(now, v)
-			if err != nil {
-				return err
-			}
-			col := map[string]string{"finished": "finished_at", "not_before": "not_before"}[k]
-			set(col, t)
-		case "not_before_why", "blocked_reason":
-			set(k, v)
-		default:
-			return fmt.Errorf("unknown key %q (state, finished, not_before, not_before_why, blocked_reason)", k)
-		}
-	}
-	return sqlite.DBOf(s.Backend()).Write(ctx, func(tx *sqlite.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(sets, ", ")+" WHERE id = ?", append(vals, id)...)
+	return s.Backend().Write(ctx, func(tx store.Tx) error {
+		t, err := tx.TaskGet(ctx, id)
 		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
 			return fmt.Errorf("no task %q (%w)", id, err)
+		}
+		// The task keeps its updated_at: a fixture is no transition.
+		u := store.TaskUpdate{ID: id, From: t.State, To: t.State, At: t.UpdatedAt,
+			NotBefore: t.NotBefore, NotBeforeWhy: t.NotBeforeWhy}
+		for k, v := range f {
+			switch k {
+			case "state":
+				u.To = v
+				if fixtureTerminal[v] {
+					u.Set |= store.SetLaneHead
+					if _, ok := f["finished"]; !ok {
+						u.Set |= store.SetFinishedAt
+						u.FinishedAt = t.UpdatedAt
+					}
+				}
+			case "finished", "not_before":
+				when, err := fixtureWhen(now, v)
+				if err != nil {
+					return err
+				}
+				if k == "finished" {
+					u.Set |= store.SetFinishedAt
+					u.FinishedAt = when
+				} else {
+					u.Set |= store.SetNotBefore
+					u.NotBefore = when
+				}
+			case "not_before_why":
+				u.Set |= store.SetNotBefore
+				u.NotBeforeWhy = v
+			case "blocked_reason":
+				u.Set |= store.SetBlockedReason
+				u.BlockedReason = v
+			default:
+				return fmt.Errorf("unknown key %q (state, finished, not_before, not_before_why, blocked_reason)", k)
+			}
+		}
+		if ok, err := tx.TaskUpdate(ctx, u); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("task %q changed meanwhile", id)
 		}
 		return nil
 	})
@@ -179,59 +189,55 @@ func fixtureTask(ctx context.Context, s *queue.Store, id string, f map[string]st
 //	ended=WHEN           default: when the task finished
 func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map[string]string) error {
 	now := s.Now()
-	cols := []string{"id", "task_id"}
-	vals := []any{runID, taskID}
-	add := func(col string, v any) {
-		cols = append(cols, col)
-		vals = append(vals, v)
-	}
 	if f["attempt"] == "" || f["state"] == "" {
 		return errors.New("attempt= and state= are required")
 	}
-	for k, v := range f {
-		switch k {
-		case "attempt", "exit":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("bad %s %q", k, v)
-			}
-			add(map[string]string{"attempt": "attempt", "exit": "exit_code"}[k], n)
-		case "state", "queue", "worker", "signal", "error":
-			add(k, v)
-		case "created", "started", "ended":
-			t, err := fixtureWhen(now, v)
-			if err != nil {
-				return err
-			}
-			add(k+"_at", t)
-		default:
-			return fmt.Errorf("unknown key %q (attempt, state, queue, worker, exit, signal, error, created, started, ended)", k)
-		}
-	}
-	// Columns not given come from the task: its queue, its creation and
-	// its finish.
-	from := map[string]string{"queue": "queue", "created": "created_at", "ended": "finished_at"}
-	var sel []string
-	for _, k := range []string{"queue", "created", "ended"} {
-		if _, ok := f[k]; !ok {
-			cols = append(cols, map[string]string{"queue": "queue", "created": "created_at", "ended": "ended_at"}[k])
-			sel = append(sel, from[k])
-		}
-	}
-	ph := strings.TrimSuffix(strings.Repeat("?, ", len(vals)), ", ")
-	if len(sel) > 0 {
-		ph += ", " + strings.Join(sel, ", ")
-	}
-	q := "INSERT INTO runs (" + strings.Join(cols, ", ") + ") SELECT " + ph + " FROM tasks WHERE id = ?"
-	return sqlite.DBOf(s.Backend()).Write(ctx, func(tx *sqlite.Tx) error {
-		res, err := tx.ExecContext(ctx, q, append(vals, taskID)...)
+	return s.Backend().Write(ctx, func(tx store.Tx) error {
+		t, err := tx.TaskGet(ctx, taskID)
 		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
 			return fmt.Errorf("no task %q (%w)", taskID, err)
 		}
-		return nil
+		// What is not given comes from the task: its queue, its creation
+		// and its finish.
+		r := store.RunView{ID: runID, TaskID: taskID, CreatedAt: t.CreatedAt, EndedAt: t.FinishedAt}
+		queueName := t.Queue
+		for k, v := range f {
+			switch k {
+			case "attempt", "exit":
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("bad %s %q", k, v)
+				}
+				if k == "attempt" {
+					r.Attempt = n
+				} else {
+					r.ExitCode = &n
+				}
+			case "state":
+				r.State = v
+			case "queue":
+				queueName = v
+			case "worker":
+				r.Worker = v
+			case "signal":
+				r.Signal = v
+			case "error":
+				r.Error = v
+			case "created", "started", "ended":
+				when, err := fixtureWhen(now, v)
+				if err != nil {
+					return err
+				}
+				*map[string]*string{"created": &r.CreatedAt, "started": &r.StartedAt, "ended": &r.EndedAt}[k] = when
+			default:
+				return fmt.Errorf("unknown key %q (attempt, state, queue, worker, exit, signal, error, created, started, ended)", k)
+			}
+		}
+		fx, ok := tx.(store.Fixtures)
+		if !ok {
+			return errors.New("this backend has no fixtures")
+		}
+		return fx.FixtureRunAdd(ctx, r, queueName)
 	})
 }
 
