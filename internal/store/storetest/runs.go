@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -792,5 +793,36 @@ func testRunReads(t *testing.T, b Backend) {
 	}
 	if ids, err := e.s.RunStored(ctx, []string{"run-a", "run-b"}); !slices.Equal(ids, []string{"run-b"}) || err != nil {
 		t.Errorf("RunStored after a deletion = %v, %v", ids, err)
+	}
+}
+
+// testFixtureRunAdd: the test-only write stores a run exactly as given,
+// and refuses a run of no task.
+func testFixtureRunAdd(t *testing.T, b Backend) {
+	e := newEnv(t, b)
+	exit := 3
+	want := store.RunView{ID: "r1", TaskID: "a", Attempt: 2, State: "failed", ExitCode: &exit, Signal: "SIGTERM",
+		Worker: "w", Error: "boom", CreatedAt: at(1), StartedAt: at(2), EndedAt: at(3)}
+	e.write(func(tx store.Tx) error {
+		if err := enqueue(tx, store.Task{ID: "a"}, at(0)); err != nil {
+			return err
+		}
+		fx, ok := tx.(store.Fixtures)
+		if !ok {
+			return fmt.Errorf("%s's transactions have no fixtures", b.Name)
+		}
+		if err := fx.FixtureRunAdd(ctx, want, "q2"); err != nil {
+			return err
+		}
+		if err := fx.FixtureRunAdd(ctx, store.RunView{ID: "r2", TaskID: "nope", Attempt: 1, State: "failed", CreatedAt: at(1)}, "q"); !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("FixtureRunAdd of no task = %w, want ErrNotFound", err)
+		}
+		return nil
+	})
+	if got := e.runView("r1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("run stored as %+v, want %+v", got, want)
+	}
+	if got := e.run("r1"); got.Queue != "q2" || got.Token != "" {
+		t.Errorf("run's queue and token = %q, %q; want q2 and none", got.Queue, got.Token)
 	}
 }

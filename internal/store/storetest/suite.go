@@ -53,6 +53,7 @@ var tests = []contractTest{
 	{"RunsBatched", testRunsBatched},
 	{"Completion", testCompletion},
 	{"RunReads", testRunReads},
+	{"FixtureRunAdd", testFixtureRunAdd},
 	// Migrations (Schema).
 	{"MigrateNew", testMigrateNew},
 	{"MigrateOlder", testMigrateOlder},
