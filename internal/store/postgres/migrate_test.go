@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -502,5 +503,41 @@ func TestOpenNoServer(t *testing.T) {
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("took %s", took)
+	}
+}
+
+// TestOpenFailsOver: of several URLs, the first host that answers and
+// accepts writes is used: a dead primary is passed over.
+func TestOpenFailsOver(t *testing.T) {
+	t.Parallel()
+	url := newURL(t)
+	cfg, err := postgres.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.Pool.ConnConfig
+	if strings.HasPrefix(cc.Host, "/") {
+		t.Skip("the test's server is reached through a Unix socket")
+	}
+	live, err := postgres.WithHost(url, net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := postgres.WithHost(url, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := postgres.ParseURLs([]string{dead, live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.OpenConfig(ctx, both)
+	if err != nil {
+		t.Fatalf("open with a dead first host: %v", err)
+	}
+	defer d.Close()
+	var readOnly string
+	if err := d.Pool.QueryRow(ctx, `SHOW transaction_read_only`).Scan(&readOnly); err != nil || readOnly != "off" {
+		t.Errorf("transaction_read_only %q, %v", readOnly, err)
 	}
 }
