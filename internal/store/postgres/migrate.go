@@ -5,12 +5,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
 
+	"github.com/cq-dev/cq/internal/store/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,89 +27,16 @@ import (
 var migrationFS embed.FS
 
 // Migration is one numbered schema change: migrations/NNNN_name.sql.
-type Migration struct {
-	Version int
-	SQL     string
-}
+type Migration = migrations.Migration
 
-// migrationFile is a migration's file, named but not yet read.
-type migrationFile struct {
-	version int
-	name    string
-}
-
-// readMigrations lists the migration files of fsys in order of version
-// and checks their names: NNNN_short_name.sql, numbered 1, 2, 3, … with
-// no gap and no number twice.
-func readMigrations(fsys fs.FS) ([]migrationFile, error) {
-	ents, err := fs.ReadDir(fsys, ".")
-	if err != nil {
-		return nil, err
-	}
-	var files []migrationFile
-	for _, e := range ents {
-		name := e.Name()
-		num, rest, _ := strings.Cut(name, "_")
-		short, ok := strings.CutSuffix(rest, ".sql")
-		if !ok || len(num) != 4 || strings.Trim(num, "0123456789") != "" || short == "" ||
-			strings.Trim(short, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || e.IsDir() {
-			return nil, fmt.Errorf("migration file %s: want NNNN_short_name.sql", name)
-		}
-		v, _ := strconv.Atoi(num)
-		files = append(files, migrationFile{version: v, name: name})
-	}
-	if len(files) == 0 {
-		return nil, errors.New("no migration files")
-	}
-	slices.SortStableFunc(files, func(a, b migrationFile) int { return a.version - b.version })
-	for i, f := range files {
-		switch {
-		case i > 0 && f.version == files[i-1].version:
-			return nil, fmt.Errorf("migration files %s and %s have the same number", files[i-1].name, f.name)
-		case f.version != i+1:
-			return nil, fmt.Errorf("migration file %s: number %d, want %d (numbers go 1, 2, 3, … with no gap)", f.name, f.version, i+1)
-		}
-	}
-	return files, nil
-}
-
-// migrationFiles are the embedded migrations' files, listed and checked
-// once, on first use.
-var migrationFiles = sync.OnceValue(func() []migrationFile {
-	sub, err := fs.Sub(migrationFS, "migrations")
-	if err == nil {
-		var files []migrationFile
-		if files, err = readMigrations(sub); err == nil {
-			return files
-		}
-	}
-	// Embedded at build time and checked by TestMigrationFiles: a build
-	// that fails here was never tested.
-	panic("cq's embedded PostgreSQL migrations: " + err.Error())
-})
-
-// migrations reads the migrations' SQL once, when a store is migrated.
-var migrations = sync.OnceValue(func() []Migration {
-	files := migrationFiles()
-	out := make([]Migration, len(files))
-	for i, f := range files {
-		b, err := migrationFS.ReadFile("migrations/" + f.name)
-		if err != nil {
-			panic("cq's embedded PostgreSQL migrations: " + err.Error())
-		}
-		out[i] = Migration{Version: f.version, SQL: string(b)}
-	}
-	return out
-})
+// schema is the embedded migrations.
+var schema = migrations.New(migrationFS, "migrations")
 
 // Migrations returns the embedded migrations in order of version.
-func Migrations() []Migration { return migrations() }
+func Migrations() []Migration { return schema.All() }
 
 // LatestVersion is the schema version this build writes.
-func LatestVersion() int {
-	m := migrationFiles()
-	return m[len(m)-1].version
-}
+func LatestVersion() int { return schema.Latest() }
 
 // versionTable is the DDL of the version table, made with the schema
 // before the first migration.
