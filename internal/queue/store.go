@@ -83,10 +83,11 @@ func blockedReason(hold bool, depsLeft int, notBefore, why string, now time.Time
 	return ""
 }
 
-// nextSeq is the seq the next event will get; a task entering its lane
-// takes it as its place, so lane order is gateway order.
+// nextSeq is a place for a task entering its lane now, taken after the
+// lane's key was read (laneIsFree), so that lane order is the order in
+// which the key's writers went.
 func nextSeq(ctx context.Context, tx store.Tx) (int64, error) {
-	return tx.EventNextSeq(ctx)
+	return tx.TaskSeqNext(ctx)
 }
 
 // event is one row of the event log.
@@ -178,11 +179,11 @@ func enterLane(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, reas
 	if br != "" {
 		to = TaskBlocked
 	}
-	seq, err := nextSeq(ctx, tx)
+	free, err := laneIsFree(ctx, tx, t.Key, t.ID)
 	if err != nil {
 		return "", err
 	}
-	free, err := laneIsFree(ctx, tx, t.Key, t.ID)
+	seq, err := nextSeq(ctx, tx)
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,4 @@ type EventWriter interface {
 	// EventAdd appends e; events get strictly increasing seqs in the
 	// order they are added and, across transactions, in commit order.
 	EventAdd(ctx context.Context, e Event) error
-	// EventNextSeq is the seq the next event added will get.
-	EventNextSeq(ctx context.Context) (int64, error)
 }

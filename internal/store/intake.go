@@ -53,7 +53,7 @@ type IntakeWriter interface {
 	// task.created (from none to inbox), then "task." + t.State (from
 	// inbox to t.State), both at at with no run, reason or data, after
 	// every event added before in the transaction. The task is stored
-	// in state t.State with seq = the second event's seq, created_at and
+	// in state t.State with a new seq (as TaskSeqNext gives), created_at and
 	// updated_at at, and t's Queue, Key, Priority, LaneHead, Spec,
 	// Unique, Hold, DepsLeft, NotBefore, NotBeforeWhy, BlockedReason and
 	// TodoAt; its other fields are not read. No dependency is written

@@ -107,6 +107,13 @@ type TaskWriter interface {
 	// TaskSetBlockedReason names what blocks a blocked task now, without
 	// a transition or an event.
 	TaskSetBlockedReason(ctx context.Context, id, reason string) error
+	// TaskSeqNext is a place for a task entering its lane now: above the
+	// place of every task that entered a lane in a transaction committed
+	// before this call, and above every place given earlier in this
+	// transaction. Called after TaskLaneHeld of the task's key, it orders
+	// the key's lane as the backend orders that key's writers. (SQLite:
+	// the seq the next event gets.)
+	TaskSeqNext(ctx context.Context) (int64, error)
 	// TaskLaneAdvance makes the first task of key's lane, in seq order,
 	// its head if it is not already.
 	TaskLaneAdvance(ctx context.Context, key string) error

@@ -15,7 +15,9 @@ func (t *Tx) EventAdd(_ context.Context, e store.Event) error {
 	return t.Add(eventRows, e.At, e.Kind, nullable(e.TaskID), nullable(e.RunID), nullable(e.From), nullable(e.To), nullable(e.Reason), nullable(e.Data))
 }
 
-func (t *Tx) EventNextSeq(ctx context.Context) (int64, error) {
+// TaskSeqNext is the seq the next event gets: under SQLite's one writer
+// that orders lanes as the gateway events do.
+func (t *Tx) TaskSeqNext(ctx context.Context) (int64, error) {
 	// The events still pending take their seqs first.
 	if err := t.Flush(); err != nil {
 		return 0, err

@@ -12,9 +12,8 @@ import (
 )
 
 // testEventOrder: a transaction's events get increasing seqs in the order
-// added, EventNextSeq is the seq the next one gets (pending ones
-// included), EventLastSeq counts the transaction's own, and the reads
-// list them in seq order with every field as written.
+// added, EventLastSeq counts the transaction's own, and the reads list
+// them in seq order with every field as written.
 func testEventOrder(t *testing.T, b Backend) {
 	e := newEnv(t, b)
 	evs := []store.Event{
@@ -24,23 +23,17 @@ func testEventOrder(t *testing.T, b Backend) {
 		{At: at(3), Kind: "queue.paused", Data: `{"queue":"q"}`},
 		{At: at(4), Kind: "task.cancelled", TaskID: "t2", From: "inbox", To: "cancelled"},
 	}
-	var first, next, lastIn int64
+	var lastIn int64
 	var cancelled []string
 	e.write(func(tx store.Tx) error {
 		last, err := tx.EventLastSeq(ctx)
 		if err != nil || last != 0 {
 			return fmt.Errorf("EventLastSeq of a new store = %d, %w; want 0", last, err)
 		}
-		if first, err = tx.EventNextSeq(ctx); err != nil {
-			return err
-		}
 		for _, ev := range evs[:4] {
 			if err := tx.EventAdd(ctx, ev); err != nil {
 				return err
 			}
-		}
-		if next, err = tx.EventNextSeq(ctx); err != nil {
-			return err
 		}
 		if lastIn, err = tx.EventLastSeq(ctx); err != nil {
 			return err
@@ -48,7 +41,7 @@ func testEventOrder(t *testing.T, b Backend) {
 		if err := tx.EventAdd(ctx, evs[4]); err != nil {
 			return err
 		}
-		cancelled, err = tx.EventCancelledTasks(ctx, first-1)
+		cancelled, err = tx.EventCancelledTasks(ctx, 0)
 		return err
 	})
 	got := e.events()
@@ -63,9 +56,8 @@ func testEventOrder(t *testing.T, b Backend) {
 			t.Errorf("seq %d after %d", ev.Seq, got[i-1].Seq)
 		}
 	}
-	if got[0].Seq != first || got[4].Seq != next || lastIn != got[3].Seq {
-		t.Errorf("seqs %d…%d; EventNextSeq said %d before the first and %d before the last; EventLastSeq said %d before the last",
-			got[0].Seq, got[4].Seq, first, next, lastIn)
+	if lastIn != got[3].Seq {
+		t.Errorf("seqs %d…%d; EventLastSeq said %d before the last", got[0].Seq, got[4].Seq, lastIn)
 	}
 	if !slices.Equal(cancelled, []string{"t1", "t2"}) {
 		t.Errorf("EventCancelledTasks = %v, want [t1 t2]", cancelled)
@@ -74,15 +66,7 @@ func testEventOrder(t *testing.T, b Backend) {
 		t.Errorf("EventLastSeq = %d, %v; want %d", last, err, got[4].Seq)
 	}
 	// The next transaction's.
-	var n2 int64
 	e.write(func(tx store.Tx) error {
-		var err error
-		if n2, err = tx.EventNextSeq(ctx); err != nil {
-			return err
-		}
-		if n2 <= got[4].Seq {
-			return fmt.Errorf("EventNextSeq %d after seq %d", n2, got[4].Seq)
-		}
 		if err := tx.EventAdd(ctx, store.Event{At: at(5), Kind: "task.cancelled", TaskID: "t3"}); err != nil {
 			return err
 		}
@@ -92,8 +76,8 @@ func testEventOrder(t *testing.T, b Backend) {
 		return nil
 	})
 	got = e.events()
-	if s := got[len(got)-1].Seq; s != n2 {
-		t.Errorf("seq %d, EventNextSeq said %d", s, n2)
+	if s := got[len(got)-1].Seq; s <= got[4].Seq {
+		t.Errorf("seq %d after seq %d", s, got[4].Seq)
 	}
 	var page []int64
 	if err := e.s.EventList(ctx, got[1].Seq, 2, func(ev *store.EventRecord) { page = append(page, ev.Seq) }); err != nil ||
@@ -187,27 +171,22 @@ func testWriteRollsBack(t *testing.T, b Backend) {
 // raceEvent is the data of an event of testEventRace.
 type raceEvent struct {
 	Racer, Tx, I, K int
-	Next            int64
 }
 
 // testEventRace: racers append events, one to three per transaction,
 // while a reader follows the log by seq: seqs increase in the order added
 // and in commit order (each transaction's events are consecutive, and the
 // follower, reading only above the last seq it saw, misses none),
-// EventNextSeq is the first one's seq, and nothing is lost.
+// and nothing is lost.
 func testEventRace(t *testing.T, b Backend) {
 	const txs = 15
 	runRace(t, b, race{
 		work: func(s store.Store, racer int) error {
 			for j := range txs {
 				err := s.Write(ctx, func(tx store.Tx) error {
-					next, err := tx.EventNextSeq(ctx)
-					if err != nil {
-						return err
-					}
 					k := 1 + (j+racer)%3
 					for i := range k {
-						d, _ := json.Marshal(raceEvent{Racer: racer, Tx: j, I: i, K: k, Next: next})
+						d, _ := json.Marshal(raceEvent{Racer: racer, Tx: j, I: i, K: k})
 						if err := tx.EventAdd(ctx, store.Event{At: at(j), Kind: "race", Data: string(d)}); err != nil {
 							return err
 						}
@@ -274,8 +253,8 @@ func testEventRace(t *testing.T, b Backend) {
 				if err := json.Unmarshal([]byte(evs[i].Data), &d); err != nil {
 					e.t.Fatalf("event %d: %v", evs[i].Seq, err)
 				}
-				if d.I != 0 || d.Next != evs[i].Seq {
-					e.t.Fatalf("event %d is %+v: want a transaction's first, whose seq EventNextSeq gave", evs[i].Seq, d)
+				if d.I != 0 {
+					e.t.Fatalf("event %d is %+v: want a transaction's first", evs[i].Seq, d)
 				}
 				if prev, ok := lastTx[d.Racer]; ok && prev >= d.Tx {
 					e.t.Fatalf("racer %d: transaction %d after %d", d.Racer, d.Tx, prev)
