@@ -18,6 +18,8 @@ type DB struct {
 	// Schema holds cq's objects.
 	Schema string
 	addr   string
+	// notifyChannel is channel(), once made.
+	notifyChannel string
 }
 
 // Addr is where the store is, without its password: its hosts, database

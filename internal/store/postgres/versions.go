@@ -81,6 +81,7 @@ func MakeAtVersion(ctx context.Context, url string, v int, id, at string) error 
 		b.Queue(`INSERT INTO events (seq, at, kind, task_id, from_state, to_state) VALUES
 			(1, $2, 'task.created', $1, NULL, 'inbox'), (2, $2, 'task.done', $1, 'inbox', 'done')`, id, at)
 		b.Queue(`UPDATE event_seq SET last = 2`)
+		b.Queue(`SELECT setval('task_seq', 2)`)
 		b.Queue(`INSERT INTO tasks (id, state, queue, priority, seq, spec, created_at, updated_at, finished_at)
 			VALUES ($1, 'done', $1, 1, 2, '{}', $2, $2, $2)`, id, at)
 		b.Queue(`INSERT INTO system_state (key, value, updated_at) VALUES ($1, 'yes', $2)`, id, at)

@@ -57,6 +57,12 @@ CREATE TABLE tasks (
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
 
 CREATE UNIQUE INDEX tasks_pos ON tasks (pos);
+-- task_seq gives a task its place (seq) as it enters its lane. A key's
+-- writers take turns under the key's advisory lock, and each takes its
+-- place after taking the lock, so a lane's order is the order its
+-- writers went in; across keys, places only need to be first come, first
+-- served. (Event seqs cannot serve: they are known only at commit.)
+CREATE SEQUENCE task_seq;
 -- Runnable lane heads only: a claim reads this index and nothing else, so
 -- tasks waiting behind a busy key, in a paused queue or in a full one
 -- cost it nothing.
@@ -208,3 +214,41 @@ CREATE TABLE workers (
     lease_until_ns   bigint,
     lease_expires_at text COLLATE "C" NOT NULL
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+
+
+-- queues.running follows runs: a statement that inserts, updates or
+-- deletes runs adds, for each queue, its runs that became live and
+-- subtracts those that stopped being live, in one update of the queue's
+-- row per statement. Every path that moves a run is counted, and a claim
+-- for a queue with a limit reads the count under that row's lock.
+CREATE FUNCTION runs_live_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queues q SET running = q.running + d.n
+    FROM (SELECT queue, count(*) AS n FROM new_runs WHERE state IN ('queued','running','cancelling') GROUP BY queue) d
+    WHERE q.name = d.queue;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION runs_live_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queues q SET running = q.running + d.n
+    FROM (SELECT queue, sum(n) AS n FROM (
+            SELECT queue, count(*) AS n FROM new_runs WHERE state IN ('queued','running','cancelling') GROUP BY queue
+            UNION ALL
+            SELECT queue, -count(*) FROM old_runs WHERE state IN ('queued','running','cancelling') GROUP BY queue) x
+          GROUP BY queue HAVING sum(n) <> 0) d
+    WHERE q.name = d.queue;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION runs_live_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queues q SET running = q.running - d.n
+    FROM (SELECT queue, count(*) AS n FROM old_runs WHERE state IN ('queued','running','cancelling') GROUP BY queue) d
+    WHERE q.name = d.queue;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER runs_live_inserted AFTER INSERT ON runs REFERENCING NEW TABLE AS new_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION runs_live_inserted();
+CREATE TRIGGER runs_live_updated AFTER UPDATE ON runs REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION runs_live_updated();
+CREATE TRIGGER runs_live_deleted AFTER DELETE ON runs REFERENCING OLD TABLE AS old_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION runs_live_deleted();
