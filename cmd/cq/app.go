@@ -7,12 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/clock"
 	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store"
+	"github.com/cq-dev/cq/internal/store/postgres"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 	"golang.org/x/term"
 )
@@ -78,13 +81,44 @@ func (a *App) homePath() (string, error) {
 	return filepath.Abs(h)
 }
 
-// dbPath is the SQLite file of --db or $CQ_DB, else home's cq.db; a URL
-// of another backend is an error (sqlite.ErrUnsupported). A URL is checked
+// dbURL is the database cq is pointed at: --db, else $CQ_DB_URLS (a
+// comma-separated list of PostgreSQL URLs: a primary and its standbys),
+// else $CQ_DB; "" for the home's SQLite file.
+func (a *App) dbURL() string {
+	if a.DBFlag != "" {
+		return a.DBFlag
+	}
+	if v := a.Getenv("CQ_DB_URLS"); v != "" {
+		return v
+	}
+	return a.Getenv("CQ_DB")
+}
+
+// isPostgres reports whether url names a PostgreSQL database.
+func isPostgres(url string) bool {
+	u := strings.TrimSpace(url)
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// pgConfig is the checked configuration of a PostgreSQL url (or list of
+// them); nothing is connected to. A refused parameter is a usage error
+// naming it.
+func pgConfig(url string) (*postgres.Config, error) {
+	cfg, err := postgres.ParseURLs(postgres.SplitURLs(url))
+	if err != nil {
+		return nil, usageErr("%s", err.Error())
+	}
+	return cfg, nil
+}
+
+// dbPath is the SQLite file of --db or $CQ_DB, else home's cq.db; "" for
+// a PostgreSQL database, whose URL is checked here. A URL is checked
 // before the home is made, so a refused one leaves nothing behind.
 func (a *App) dbPath() (string, error) {
-	url := a.DBFlag
-	if url == "" {
-		url = a.Getenv("CQ_DB")
+	url := a.dbURL()
+	if isPostgres(url) {
+		_, err := pgConfig(url)
+		return "", err
 	}
 	if url != "" {
 		return sqlite.PathFromURL(url)
@@ -128,6 +162,20 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	if err != nil {
 		return nil, err
 	}
+	if path == "" {
+		cfg, err := pgConfig(a.dbURL())
+		if err != nil {
+			return nil, err
+		}
+		d, err := postgres.OpenConfig(ctx, cfg)
+		if err != nil {
+			if errors.Is(err, postgres.ErrFutureSchema) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("cannot open the store: %w", err)
+		}
+		return a.useStore(ctx, d.Store(), home, readOnly)
+	}
 	open := sqlite.Open
 	if readOnly {
 		open = sqlite.OpenRead
@@ -148,12 +196,19 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 	// The connection is deliberately not closed at exit: closing the last
 	// connection checkpoints and deletes the WAL, a cost every short
 	// command would pay; the next process simply reuses it.
-	s := queue.New(d.Store())
+	return a.useStore(ctx, d.Store(), home, readOnly)
+}
+
+// useStore makes the domain's store over b, and drains the spool of home
+// into it.
+func (a *App) useStore(ctx context.Context, b store.Store, home string, readOnly bool) (*queue.Store, error) {
+	s := queue.New(b)
 	if a.Now != nil {
 		s.Now = a.Now
 	}
 	s.StopCancelled = stopHere
 	var n int
+	var err error
 	if readOnly {
 		var ok bool
 		n, ok, err = s.DrainSpoolWithin(ctx, home, readDrainWait)

@@ -146,6 +146,10 @@ func (a *App) peekStore(ctx context.Context) *queue.Store {
 		url = a.Getenv("CQ_DB")
 	}
 	var path string
+	if isPostgres(url) || a.Getenv("CQ_DB_URLS") != "" {
+		// Opening would create cq's schema; completion offers nothing.
+		return nil
+	}
 	if url != "" {
 		p, err := sqlite.PathFromURL(url)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store"
+	"github.com/cq-dev/cq/internal/store/postgres"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 )
 
@@ -57,11 +58,27 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 // the home's database), without draining the spool: a fixture must not
 // change what a script tests about the spool.
 func fixtureStore(ts *testscript.TestScript) *queue.Store {
+	if url := fixturePG(ts); url != "" {
+		d, err := postgres.Open(context.Background(), url)
+		if err != nil {
+			ts.Fatalf("fixture: %v", err)
+		}
+		return queue.New(d.Store())
+	}
 	d, err := sqlite.Open(context.Background(), fixturePath(ts))
 	if err != nil {
 		ts.Fatalf("fixture: %v", err)
 	}
 	return queue.New(d.Store())
+}
+
+// fixturePG is the script's PostgreSQL URL; "" when its store is SQLite.
+func fixturePG(ts *testscript.TestScript) string {
+	a := &App{Getenv: ts.Getenv}
+	if url := a.dbURL(); isPostgres(url) {
+		return url
+	}
+	return ""
 }
 
 // fixturePath is the script's store as cq resolves it; it must exist.
@@ -246,6 +263,21 @@ func fixtureRun(ctx context.Context, s *queue.Store, runID, taskID string, f map
 // refuses cannot be opened through the store package, so this one talks
 // to the SQLite file itself.
 func fixtureSchemaVersion(ctx context.Context, ts *testscript.TestScript, args []string) error {
+	if url := fixturePG(ts); url != "" {
+		if len(args) == 0 {
+			v, err := postgres.SchemaVersion(ctx, url)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(ts.Stdout(), v)
+			return nil
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil {
+			return fmt.Errorf("bad version %q", args[0])
+		}
+		return postgres.SetSchemaVersion(ctx, url, n)
+	}
 	d, err := sql.Open("sqlite3", "file:"+fixturePath(ts)+"?_busy_timeout=10000")
 	if err != nil {
 		return err

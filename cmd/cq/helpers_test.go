@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store/postgres/pgtest"
 	"github.com/itchyny/gojq"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -38,7 +39,24 @@ import (
 func scriptSetup(env *testscript.Env) error {
 	env.Setenv("HOME", env.WorkDir)
 	env.Setenv("CQ_HOME", filepath.Join(env.WorkDir, "home"))
-	env.Setenv("CQ_DB", os.Getenv("CQ_TEST_DB"))
+	db := os.Getenv("CQ_TEST_DB")
+	if db == "postgres" {
+		// A schema of the script's own on the tests' server.
+		server, skip, err := pgtest.Find()
+		if err != nil {
+			return err
+		}
+		if skip != "" {
+			env.T().Skip(skip)
+		}
+		url, drop, err := pgtest.NewSchema(context.Background(), server)
+		if err != nil {
+			return err
+		}
+		env.Defer(func() { _ = drop(context.Background()) })
+		db = url
+	}
+	env.Setenv("CQ_DB", db)
 	env.Setenv("TZ", "UTC")
 	env.Setenv("GORACE", noExitSleep(env.Getenv("GORACE")))
 	return nil

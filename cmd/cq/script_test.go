@@ -114,6 +114,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cq-dev/cq/internal/store/postgres"
+	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -199,6 +201,10 @@ func scriptCondition(cond string) (bool, error) {
 func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: sql STATEMENT")
+	}
+	if url := fixturePG(ts); url != "" {
+		pgSQL(ts, url, args[0])
+		return
 	}
 	d, err := sql.Open("sqlite3", "file:"+fixturePath(ts)+"?_busy_timeout=10000")
 	ts.Check(err)
@@ -495,4 +501,36 @@ x
 		p.Files = files
 		return p
 	}, cases, pass)
+}
+
+// pgSQL is cmdSQL on PostgreSQL: the same output, a value per column
+// (booleans as 1 and 0, as SQLite keeps them), tab-separated.
+func pgSQL(ts *testscript.TestScript, url, stmt string) {
+	ctx := context.Background()
+	cfg, err := postgres.ParseURL(url)
+	ts.Check(err)
+	c, err := pgx.ConnectConfig(ctx, cfg.Pool.ConnConfig)
+	ts.Check(err)
+	defer func() { ts.Check(c.Close(ctx)) }()
+	rows, err := c.Query(ctx, stmt)
+	ts.Check(err)
+	defer rows.Close()
+	out := ts.Stdout()
+	for rows.Next() {
+		vals, err := rows.Values()
+		ts.Check(err)
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			switch v := v.(type) {
+			case nil:
+				parts[i] = "NULL"
+			case bool:
+				parts[i] = map[bool]string{true: "1", false: "0"}[v]
+			default:
+				parts[i] = fmt.Sprint(v)
+			}
+		}
+		fmt.Fprintln(out, strings.Join(parts, "\t"))
+	}
+	ts.Check(rows.Err())
 }

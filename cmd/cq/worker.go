@@ -11,6 +11,7 @@ import (
 
 	"github.com/cq-dev/cq/cmd/cq/internal/oneproc"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/cq-dev/cq/internal/worker"
 	"github.com/lmittmann/tint"
 	"github.com/spf13/cobra"
@@ -79,7 +80,9 @@ func newWorkerCmd(app *App) *cobra.Command {
 			}
 			home, _ := app.Home()
 			opt.Home = home
-			opt.DBPath = st.Backend().Addr()
+			if sqlite.DBOf(st.Backend()) != nil {
+				opt.DBPath = st.Backend().Addr() // watched for writes
+			}
 			if opt.Handlers == "" {
 				opt.Handlers = app.Getenv("CQ_HANDLERS")
 			}

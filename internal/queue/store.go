@@ -39,8 +39,13 @@ type Store struct {
 	perRow bool
 }
 
-// New returns a Store over the database b using the host's clocks.
+// New returns a Store over the database b using the host's clocks, or
+// the database's when it keeps its own (store.Host's Clock): then leases
+// are judged on that clock alone.
 func New(b store.Store) *Store {
+	if c := b.Clock(); c != nil {
+		return &Store{st: b, Now: c}
+	}
 	return &Store{st: b, Now: clock.Wall, Boot: clock.Boot}
 }
 

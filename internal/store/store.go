@@ -55,6 +55,18 @@ type Host interface {
 	// the store changed since changed was last called; stop ends the
 	// watch.
 	ChangeWatch(ctx context.Context) (changed func() (bool, error), stop func(), err error)
+	// Wakeups is, for a process that waits for work (a worker), a
+	// channel that receives when another process may have changed the
+	// store, until stop; nil when the backend has none to give (SQLite:
+	// the worker watches the file's folder). It is a hint: the caller
+	// keeps a poll for the wake-ups it may lose.
+	Wakeups(ctx context.Context) (wake <-chan struct{}, stop func())
+	// Clock is the clock of the times the store keeps, nil for the
+	// host's own. A store that hosts share (PostgreSQL) gives its
+	// server's, so that leases, schedules and retention agree across
+	// hosts without their clocks being in step; leases are then judged on
+	// it alone (no boot clock, see LeaseClock).
+	Clock() func() time.Time
 	// Attend starts, for a long-lived writer (a worker), the upkeep the
 	// backend wants from one, until stop; an error is worth a warning
 	// (cq works without it, less well). SQLite: the store is held, so

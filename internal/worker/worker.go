@@ -572,7 +572,30 @@ func (w *Worker) applyQueueTimeouts(ctx context.Context) {
 
 // watch wakes the loop whenever the database or the spool is written: an
 // idle worker starts new work within milliseconds without polling hard.
+// A store that notifies its changes (PostgreSQL) wakes it through its
+// notifications; the spool's folder is watched still.
 func (w *Worker) watch() func() {
+	stopFiles := w.watchFiles()
+	wake, stopWake := w.st.Backend().Wakeups(context.Background())
+	if wake == nil {
+		return func() { stopFiles(); stopWake() }
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-wake:
+				w.poke()
+			}
+		}
+	}()
+	return func() { close(done); stopWake(); stopFiles() }
+}
+
+// watchFiles watches the database's folder (SQLite) and the home's.
+func (w *Worker) watchFiles() func() {
 	dirs := map[string]bool{}
 	if w.opt.DBPath != "" {
 		dirs[filepath.Dir(w.opt.DBPath)] = true

@@ -20,6 +20,8 @@ type DB struct {
 	addr   string
 	// notifyChannel is channel(), once made.
 	notifyChannel string
+	// clock follows the server's clock (Store's Clock).
+	clock *serverClock
 }
 
 // Addr is where the store is, without its password: its hosts, database

@@ -202,10 +202,15 @@ func openWith(ctx context.Context, cfg *Config, ms []Migration) (*DB, int, error
 		return nil, 0, fmt.Errorf("%s: %w", cfg.Addr, err)
 	}
 	d := &DB{Pool: pool, Schema: cfg.Schema, addr: cfg.Addr}
+	d.clock = &serverClock{d: d}
 	n, err := d.migrate(ctx, ms)
 	if err != nil {
 		pool.Close()
 		return nil, 0, err
+	}
+	if err := d.clock.read(ctx); err != nil {
+		pool.Close()
+		return nil, 0, fmt.Errorf("%s: read the server's clock: %w", cfg.Addr, err)
 	}
 	return d, n, nil
 }

@@ -81,22 +81,6 @@ func (b *backend) CheckWritable(ctx context.Context) error {
 	return nil
 }
 
-// ChangeWatch reports a change when the last event's seq moved: every
-// change a follower waits for writes an event.
-func (b *backend) ChangeWatch(ctx context.Context) (func() (bool, error), func(), error) {
-	last := int64(-1)
-	changed := func() (bool, error) {
-		var v int64
-		if err := b.Pool.QueryRow(ctx, `SELECT last FROM event_seq`).Scan(&v); err != nil {
-			return true, b.Explain(err)
-		}
-		ch := v != last
-		last = v
-		return ch, nil
-	}
-	return changed, func() {}, nil
-}
-
 // Attend asks nothing of a long-lived writer: the server keeps its own
 // upkeep (autovacuum, checkpoints).
 func (b *backend) Attend(context.Context) (func(), error) { return func() {}, nil }

@@ -41,6 +41,12 @@ func (b *backend) ChangeWatch(ctx context.Context) (func() (bool, error), func()
 	return (*DB)(b).ChangeWatch(ctx)
 }
 
+// Wakeups has none to give: a worker watches the database's folder.
+func (b *backend) Wakeups(context.Context) (<-chan struct{}, func()) { return nil, func() {} }
+
+// Clock is the host's own: the store is on this host.
+func (b *backend) Clock() func() time.Time { return nil }
+
 func (b *backend) Attend(ctx context.Context) (func(), error) {
 	d := (*DB)(b)
 	release, herr := d.Hold()

@@ -69,13 +69,14 @@ const (
 
 // Backends lists the backends this build has.
 func Backends() []Backend {
-	return []Backend{SQLite()}
+	return []Backend{SQLite(), Postgres()}
 }
 
 // EnvDB is the variable that chooses the backend of the domain's tests,
 // as it chooses the database of cq's command-line test scripts: unset (or
-// a sqlite: URL) is SQLite, each test with a new file of its own; a
-// postgres:// URL will be PostgreSQL, each test in a new schema.
+// a sqlite: URL) is SQLite, each test with a new file of its own;
+// "postgres" is PostgreSQL on the tests' server (pgtest: $CQ_TEST_PG_URL,
+// else the local one), each test in a new schema of its own.
 const EnvDB = "CQ_TEST_DB"
 
 // Chosen is the backend $CQ_TEST_DB chooses; it fails t when this build
@@ -86,6 +87,8 @@ func Chosen(t testing.TB) Backend {
 	switch {
 	case v == "", v == "sqlite", strings.HasPrefix(v, "sqlite:"):
 		return SQLite()
+	case v == postgresName:
+		return Postgres()
 	}
 	t.Fatalf("$%s=%s: this build has no store backend for it (it has %s)", EnvDB, v, names(Backends()))
 	return Backend{}

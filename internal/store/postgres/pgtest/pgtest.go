@@ -100,6 +100,17 @@ func Server(t testing.TB) string {
 	return c.url
 }
 
+// Find is Server for code that has no testing.TB (a test script's
+// set-up): the server's URL, or why there is none, to skip (skip) or to
+// fail (err).
+func Find() (url, skip string, err error) {
+	c := chosen()
+	if c.fail != "" {
+		return "", "", fmt.Errorf("%s", c.fail)
+	}
+	return c.url, c.skip, nil
+}
+
 // Schema is a URL of the server the tests use (Server) that selects a new,
 // empty schema of its own, dropped with everything in it at the end of t.
 func Schema(t testing.TB) string {
