@@ -18,7 +18,7 @@ BUILD_LDFLAGS := -s -w -linkmode=external -extldflags=-static
 GOBUILD        = $(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(BUILD_LDFLAGS)'
 
 .DEFAULT_GOAL := help
-.PHONY: help build man bench-bins test lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
+.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,8 +33,15 @@ bench-bins: ## build bench's floor (as bin/cq is built) and spawn reference into
 	$(GOBUILD) -o $(BIN)/floor ./bench/floor || $(GO) build -o $(BIN)/floor ./bench/floor
 	$(GO) build -o $(BIN)/spawnref ./bench/spawnref
 
-test: lint ## lint, then run every test with -race -shuffle=on
+test: lint ## lint, then every test with -race -shuffle=on, on SQLite and then on PostgreSQL
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory test-pg
+
+# The tests whose store is chosen by CQ_TEST_DB (the domain's, the
+# worker's, the CLI scripts), again on PostgreSQL: the server of
+# $CQ_TEST_PG_URL, else the local one; with neither, they skip saying so.
+test-pg: ## run the backend-chosen tests on PostgreSQL
+	CQ_TEST_DB=postgres $(GO) test -race -shuffle=on -count=1 -timeout 30m ./cmd/... ./internal/...
 
 lint: $(GOLANGCI) ## run golangci-lint (installed into ./bin at a pinned version)
 	$(GOLANGCI) run ./...
