@@ -18,7 +18,7 @@ BUILD_LDFLAGS := -s -w -linkmode=external -extldflags=-static
 GOBUILD        = $(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(BUILD_LDFLAGS)'
 
 .DEFAULT_GOAL := help
-.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo clean
+.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo demo-pg clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,6 +82,9 @@ cover: ## run the tests with coverage, the CLI's subprocesses included
 
 demo: build ## build cq and run a real pipeline in a throw-away home
 	./examples/scripts/demo.sh $(BIN)/cq
+
+demo-pg: build ## the demo on PostgreSQL (the local server, or CQ_DEMO_PG_URL), in a schema dropped after
+	./examples/scripts/demo-pg.sh $(BIN)/cq
 
 clean: ## remove build output
 	rm -rf $(BIN)/cq $(BIN)/floor $(BIN)/spawnref cover.out man

@@ -37,6 +37,15 @@ func newHeartbeatCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// And one pass at a time across the hosts that share the store.
+			release, ok, err := st.Backend().Exclusive(cmd.Context(), "heartbeat")
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return nil
+			}
+			defer release()
 			host, _ := os.Hostname()
 			r, err := maintenance.Pass(cmd.Context(), st, maintenance.Options{Home: home, Host: host, AllWarnings: true})
 			if err != nil {

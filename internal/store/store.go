@@ -67,6 +67,11 @@ type Host interface {
 	// hosts without their clocks being in step; leases are then judged on
 	// it alone (no boot clock, see LeaseClock).
 	Clock() func() time.Time
+	// Exclusive takes the lock name for the whole store, if no other
+	// process holds it, without waiting: ok false when one does. It is
+	// held until release. SQLite: always ok (its store is on one host,
+	// whose processes take turns with a file lock of their own).
+	Exclusive(ctx context.Context, name string) (release func(), ok bool, err error)
 	// Attend starts, for a long-lived writer (a worker), the upkeep the
 	// backend wants from one, until stop; an error is worth a warning
 	// (cq works without it, less well). SQLite: the store is held, so

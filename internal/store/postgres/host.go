@@ -186,3 +186,33 @@ func (c *serverClock) refresh() {
 		c.mu.Unlock()
 	}()
 }
+
+// Exclusive takes a session advisory lock named for the schema and name
+// on a connection of its own, held until release (or until the session
+// ends: a process that dies frees it).
+func (b *backend) Exclusive(ctx context.Context, name string) (func(), bool, error) {
+	c, err := b.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, b.Explain(err)
+	}
+	key := "cq:" + b.Schema + ":exclusive:" + name
+	var ok bool
+	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
+		c.Release()
+		return nil, false, b.Explain(err)
+	}
+	if !ok {
+		c.Release()
+		return nil, false, nil
+	}
+	return func() {
+		_, err := c.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key)
+		if err != nil {
+			// The lock goes with the session: close it rather than give
+			// a connection holding it back to the pool.
+			_ = c.Hijack().Close(context.Background())
+			return
+		}
+		c.Release()
+	}, true, nil
+}

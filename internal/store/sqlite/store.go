@@ -44,6 +44,10 @@ func (b *backend) ChangeWatch(ctx context.Context) (func() (bool, error), func()
 // Wakeups has none to give: a worker watches the database's folder.
 func (b *backend) Wakeups(context.Context) (<-chan struct{}, func()) { return nil, func() {} }
 
+// Exclusive is always ok: the processes of the store's one host take
+// turns with lock files in their home.
+func (b *backend) Exclusive(context.Context, string) (func(), bool, error) { return func() {}, true, nil }
+
 // Clock is the host's own: the store is on this host.
 func (b *backend) Clock() func() time.Time { return nil }
 
