@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cq-dev/cq/internal/store"
@@ -116,12 +117,23 @@ func (d *DB) explain(err error) error {
 	return err
 }
 
-// nullable is s, or NULL for "".
+// nullable is s as text PostgreSQL stores (see clean), or NULL for "".
 func nullable(s string) any {
 	if s == "" {
 		return nil
 	}
-	return s
+	return clean(s)
+}
+
+// clean is s without what PostgreSQL's text refuses: a NUL byte, or a
+// byte sequence that is not UTF-8, each replaced by U+FFFD. Only free
+// text can hold them (a reason given by a user, a process's error);
+// specs and event data are JSON, escaped already (docs/store.md).
+func clean(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // str is a nullable text column as cq's "" for none.

@@ -226,7 +226,7 @@ func (t *Tx) flush() (xid int64, err error) {
 	}
 	for i, e := range t.events {
 		cols[0][i], cols[1][i], cols[2][i], cols[3][i] = e.At, e.Kind, e.TaskID, e.RunID
-		cols[4][i], cols[5][i], cols[6][i], cols[7][i] = e.From, e.To, e.Reason, e.Data
+		cols[4][i], cols[5][i], cols[6][i], cols[7][i] = e.From, e.To, clean(e.Reason), clean(e.Data)
 	}
 	err = t.ptx.QueryRow(t.ctx, `WITH c AS (UPDATE event_seq SET last = last + $1 RETURNING last - $1 AS base),
 		ins AS (INSERT INTO events (seq, at, kind, task_id, run_id, from_state, to_state, reason, data)
