@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -95,6 +97,13 @@ without that run.`,
 			}
 			home, _ := app.Home()
 			dir := filepath.Join(home, "runs", r.ID)
+			if !exists(dir) {
+				// Not this host's run, maybe: its end kept in the store.
+				done, err := printKept(ctx, app, st, r.ID, stderr, both, follow, tail)
+				if done || err != nil {
+					return err
+				}
+			}
 			var files []*logFile
 			switch {
 			case both:
@@ -283,4 +292,88 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// printKept prints the end of run id's output that the store keeps (a
+// run of another host, where hosts share the store), as cq logs prints
+// the files: stdout, stderr, or both (stdout's lines, then stderr's), the
+// last tail lines of each (tail < 0: all). With follow it waits for the
+// run to end first. It reports false, having printed nothing, when the
+// store keeps none (the run is this host's, or did not end on a worker
+// that keeps output).
+func printKept(ctx context.Context, app *App, st *queue.Store, id string, stderr, both, follow bool, tail int) (bool, error) {
+	for {
+		o, err := st.RunOutput(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if o != nil {
+			type stream struct {
+				data []byte
+				size int64
+				name string
+			}
+			var ss []stream
+			switch {
+			case both:
+				ss = []stream{{o.Stdout, o.StdoutSize, "stdout"}, {o.Stderr, o.StderrSize, "stderr"}}
+			case stderr:
+				ss = []stream{{o.Stderr, o.StderrSize, "stderr"}}
+			default:
+				ss = []stream{{o.Stdout, o.StdoutSize, "stdout"}}
+			}
+			for _, s := range ss {
+				data := s.data
+				cut := int64(len(data)) < s.size
+				if cut {
+					// The first line kept is likely a part of one.
+					if i := bytes.IndexByte(data, '\n'); i >= 0 {
+						data = data[i+1:]
+					}
+				}
+				if tail >= 0 {
+					data = lastLines(data, tail)
+				}
+				if _, err := app.Stdout.Write(data); err != nil {
+					return true, err
+				}
+				if cut {
+					fmt.Fprintf(app.Stderr, "cq: run %s's %s is cut to its last %d bytes here; the whole of it (%d bytes) is on host %s, in its home's runs/%s\n",
+						id, s.name, len(data), s.size, o.Host, id)
+				}
+			}
+			return true, nil
+		}
+		state, err := st.RunState(ctx, id)
+		if err != nil || !follow || queue.RunTerminal(state) {
+			return false, err
+		}
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-time.After(waitPoll):
+		}
+		if outputGone(app.Stdout) {
+			return true, errOutputGone
+		}
+	}
+}
+
+// lastLines is the last n lines of b.
+func lastLines(b []byte, n int) []byte {
+	if n <= 0 {
+		return nil
+	}
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	for i := end - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			if n--; n == 0 {
+				return b[i+1:]
+			}
+		}
+	}
+	return b
 }

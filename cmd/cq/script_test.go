@@ -190,10 +190,14 @@ func scriptParams(files []string) testscript.Params {
 
 // scriptCondition knows [defaultdb]: the script's store is cq's default,
 // the SQLite file cq.db in the home (no $CQ_TEST_DB), so lines about that
-// file hold.
+// file hold; and [pg]: the script's store is PostgreSQL, shared by homes
+// that stand for hosts.
 func scriptCondition(cond string) (bool, error) {
 	if cond == "defaultdb" {
 		return os.Getenv("CQ_TEST_DB") == "", nil
+	}
+	if cond == "pg" {
+		return os.Getenv("CQ_TEST_DB") == "postgres", nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }

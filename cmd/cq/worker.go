@@ -82,6 +82,8 @@ func newWorkerCmd(app *App) *cobra.Command {
 			opt.Home = home
 			if sqlite.DBOf(st.Backend()) != nil {
 				opt.DBPath = st.Backend().Addr() // watched for writes
+			} else {
+				opt.KeepOutput = true // for cq logs on the other hosts
 			}
 			if opt.Handlers == "" {
 				opt.Handlers = app.Getenv("CQ_HANDLERS")

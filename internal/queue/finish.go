@@ -45,6 +45,9 @@ type Finish struct {
 	RunID, Token string
 	Outcome      Outcome
 	Release      bool
+	// Output, when set, is kept with the run as its end is recorded
+	// (where hosts share the store: see store.RunOutput).
+	Output *store.RunOutput
 }
 
 // Finished is what recording one Finish did.
@@ -117,6 +120,13 @@ func (s *Store) Cycle(ctx context.Context, starts []Start, fs []Finish, claim *C
 			}
 			if err := tx.Release("finish"); err != nil {
 				return err
+			}
+		}
+		for i, f := range fs {
+			if f.Output != nil && res.Finished[i].Err == nil && res.Finished[i].Run != nil {
+				if err := tx.RunOutputSave(ctx, *f.Output); err != nil {
+					return err
+				}
 			}
 		}
 		if claim != nil && claim.N > 0 {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -377,4 +378,14 @@ func (s *Store) QueueTimeouts(ctx context.Context) (map[string]time.Duration, er
 // to cancel.
 func (s *Store) CancellingRuns(ctx context.Context, worker string) ([]string, error) {
 	return s.st.RunCancellingIDs(ctx, worker)
+}
+
+// RunOutput is the end of run id's output kept in the store (see
+// store.RunOutput); nil when none was kept.
+func (s *Store) RunOutput(ctx context.Context, id string) (*store.RunOutput, error) {
+	o, err := s.st.RunOutputGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	return o, err
 }

@@ -159,6 +159,18 @@ type TaskHint struct {
 	Spec             string // the task's spec, JSON
 }
 
+// RunOutput is the end of a run's output, kept with the run where hosts
+// share the store, so that cq logs on another host can print it.
+type RunOutput struct {
+	RunID string
+	// Host is the host whose run folder has the whole output.
+	Host string
+	// Stdout and Stderr are the last bytes of each (at most 64 KiB);
+	// StdoutSize and StderrSize the whole output's sizes.
+	Stdout, Stderr         []byte
+	StdoutSize, StderrSize int64
+}
+
 // RunReader and RunWriter are the operations for claims, starts, leases,
 // cancels and ends of runs, and the reads of shell completion.
 type RunReader interface {
@@ -184,6 +196,10 @@ type RunReader interface {
 	// lane (lane_head; an unkeyed task is its own lane's head), by
 	// priority, then seq. A limit of 0 or less appends nothing.
 	ClaimHeads(ctx context.Context, queue string, limit int, out []ClaimHead) ([]ClaimHead, error)
+
+	// RunOutputGet reads the output kept with run id (RunOutputSave);
+	// ErrNotFound when none was kept.
+	RunOutputGet(ctx context.Context, id string) (*RunOutput, error)
 
 	// CompletionTasks reads up to limit tasks whose id starts with
 	// prefix ("" for any), for shell completion: the tasks not yet
@@ -232,6 +248,10 @@ type RunWriter interface {
 	// reason nor reason, finished and updated at. It returns those it
 	// moved, by id.
 	TasksDone(ctx context.Context, at string, ids []string) (map[string]DoneTask, error)
+
+	// RunOutputSave keeps o with its run, replacing what was kept; it
+	// goes when the run does (cleanup).
+	RunOutputSave(ctx context.Context, o RunOutput) error
 
 	// RunLeaseRenew stores lease l for run id if it is live, holds
 	// lease token token and its lease is valid at now (see Lease), and

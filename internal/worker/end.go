@@ -2,12 +2,16 @@ package worker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/cq-dev/cq/internal/fsutil"
 	"github.com/cq-dev/cq/internal/procs"
 	"github.com/cq-dev/cq/internal/queue"
+	"github.com/cq-dev/cq/internal/store"
 )
 
 // ending is a run's end waiting to be recorded.
@@ -118,7 +122,41 @@ func (w *Worker) ended(r *run) (ending, bool) {
 	if outputErr != "" && o.Error == "" {
 		o.Error = outputErr
 	}
+	if w.opt.KeepOutput {
+		e.f.Output = w.outputTail(r)
+	}
 	return e, true
+}
+
+// outputTail is the end of r's output as the store keeps it (at most
+// outputTailMax of each stream), read back from its files.
+func (w *Worker) outputTail(r *run) *store.RunOutput {
+	o := &store.RunOutput{RunID: r.c.RunID, Host: w.host}
+	o.Stdout, o.StdoutSize = fileTail(filepath.Join(r.dir, "stdout.log"), outputTailMax)
+	o.Stderr, o.StderrSize = fileTail(filepath.Join(r.dir, "stderr.log"), outputTailMax)
+	return o
+}
+
+// outputTailMax is how much of each stream's end the store keeps.
+const outputTailMax = 64 << 10
+
+// fileTail reads the last max bytes of the file at path, and its size;
+// nothing for a file it cannot read (the run's error says why).
+func fileTail(path string, limit int64) ([]byte, int64) {
+	f, err := fsutil.OpenExisting(path, os.O_RDONLY)
+	if err != nil {
+		return nil, 0
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0
+	}
+	size := fi.Size()
+	off := max(size-limit, 0)
+	b := make([]byte, size-off)
+	n, _ := f.ReadAt(b, off)
+	return b[:n], size
 }
 
 func intp(n int) *int { return &n }

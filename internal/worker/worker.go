@@ -41,6 +41,9 @@ type Options struct {
 	// DBPath is the database file; its folder is watched for writes so an
 	// idle worker wakes at once when work arrives.
 	DBPath string
+	// KeepOutput keeps the end of each run's output in the store as the
+	// run ends, for cq logs on other hosts (a store hosts share).
+	KeepOutput bool
 	// Executable is the cq binary that runs the supervisor; empty disables
 	// it (tests of the loop alone).
 	Executable string

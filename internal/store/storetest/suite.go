@@ -54,6 +54,7 @@ var tests = []contractTest{
 	{"Completion", testCompletion},
 	{"RunReads", testRunReads},
 	{"FixtureRunAdd", testFixtureRunAdd},
+	{"RunOutput", testRunOutput},
 	// Migrations (Schema).
 	{"MigrateNew", testMigrateNew},
 	{"MigrateOlder", testMigrateOlder},

@@ -126,6 +126,19 @@ CREATE TABLE runs (
     UNIQUE (task_id, attempt)
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
 
+-- run_output keeps the end of a run's output with the run, so that cq logs
+-- on a host other than the run's prints it: the last bytes of stdout and
+-- of stderr (at most 64 KiB each), their whole sizes (a tail shorter than
+-- its size was cut), and the host whose run folder has the whole of it.
+CREATE TABLE run_output (
+    run_id      text COLLATE "C" PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+    host        text NOT NULL,
+    stdout      bytea NOT NULL,
+    stderr      bytea NOT NULL,
+    stdout_size bigint NOT NULL,
+    stderr_size bigint NOT NULL
+);
+
 -- Live runs, few (at most the workers' slots): the reaper, the start
 -- timeout and cq workers read them all from here.
 CREATE INDEX runs_live ON runs (queue) WHERE state IN ('queued','running','cancelling');
