@@ -64,8 +64,9 @@ it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
 			}
 			st, err := app.ReadStore(cmd.Context())
-			if errors.Is(err, sqlite.ErrUnsupported) {
-				return err // a postgres:// URL is refused (exit 1) by every command
+			var bad *exitErr
+			if errors.Is(err, sqlite.ErrUnsupported) || errors.As(err, &bad) {
+				return err // a URL refused (exit 1) by every command
 			}
 			var h *queue.Health
 			if err == nil {
