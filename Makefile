@@ -18,7 +18,7 @@ BUILD_LDFLAGS := -s -w -linkmode=external -extldflags=-static
 GOBUILD        = $(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(BUILD_LDFLAGS)'
 
 .DEFAULT_GOAL := help
-.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-maint fuzz cover demo demo-pg clean
+.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-river bench-maint fuzz cover demo demo-pg clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,8 +54,23 @@ $(GOLANGCI):
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
-bench: build bench-bins $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS (12-25 min)
-	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq
+bench: build bench-bins $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end run vs peers, goals table PASS/MISS, River on PostgreSQL (12-25 min)
+	@rm -f $(BENCH_RIVER_ENV)
+	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq; status=$$?; \
+	printf '\n### River on PostgreSQL: bench/river (figures: %s)\n\n' $(BENCH_RIVER_ENV); \
+	$(BENCH_RIVER) -skip-if-down -results $(BENCH_RIVER_ENV) $(ARGS) || status=1; \
+	exit $$status
+
+# River's harness is a module of its own (bench/river/go.mod), so that River
+# is never a dependency of cq and ./... (make test, lint) leaves it out.
+# make bench runs it even when a part of run.sh failed, as run.sh runs every
+# part, and writes its figures beside run.sh's as key=value lines (absolute:
+# it runs in bench/river). Not through $(MAKE): make -n would run run.sh.
+BENCH_RIVER     = cd bench/river && $(GO) run .
+BENCH_RIVER_ENV = $(abspath $(or $(BENCH_OUT),bench/out))/river.env
+
+bench-river: ## River's claim+complete and batch-insert rates on PostgreSQL (ARGS='-url postgres://… -n N'; ~10 s)
+	$(BENCH_RIVER) $(ARGS)
 
 bench-go: $(BENCHSTAT) ## only bench's Go benchmarks (internal/queue), benchstat, their goals (~2 min)
 	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) BENCH_PARTS=go ./bench/run.sh

@@ -101,7 +101,7 @@ func cycleShare(st *queue.Store, worker string, n, slots int) error {
 		}
 		for _, f := range res.Finished {
 			if f.Err != nil || f.TaskState != queue.TaskDone {
-				return fmt.Errorf("finish: %s, %v", f.TaskState, f.Err)
+				return fmt.Errorf("finish: %s, %w", f.TaskState, f.Err)
 			}
 		}
 		inflight = res.Claimed

@@ -18,7 +18,7 @@ type DB struct {
 	// Schema holds cq's objects.
 	Schema string
 	addr   string
-	// notifyChannel is channel(), once made.
+	// notifyChannel is the schema's notification channel, set at open.
 	notifyChannel string
 	// clock follows the server's clock (Store's Clock).
 	clock *serverClock

@@ -122,7 +122,7 @@ func (b *backend) ChangeWatch(ctx context.Context) (func() (bool, error), func()
 
 // Clock is the server's clock, as read through this process's monotonic
 // clock since a reading of the server's (see serverClock).
-func (b *backend) Clock() func() time.Time { return b.DB.clock.now }
+func (b *backend) Clock() func() time.Time { return b.clock.now }
 
 // serverClock follows the database server's clock: it reads the server's
 // time once, notes the round trip's middle on the local monotonic clock,

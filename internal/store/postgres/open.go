@@ -201,7 +201,7 @@ func openWith(ctx context.Context, cfg *Config, ms []Migration) (*DB, int, error
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", cfg.Addr, err)
 	}
-	d := &DB{Pool: pool, Schema: cfg.Schema, addr: cfg.Addr}
+	d := &DB{Pool: pool, Schema: cfg.Schema, addr: cfg.Addr, notifyChannel: channelOf(cfg.Schema)}
 	d.clock = &serverClock{d: d}
 	n, err := d.migrate(ctx, ms)
 	if err != nil {

@@ -62,11 +62,11 @@ func DBOf(s store.Store) *DB {
 }
 
 func (b *backend) Write(ctx context.Context, fn func(store.Tx) error) error {
-	return b.DB.write(ctx, 0, func(tx *Tx) error { return fn(tx) })
+	return b.write(ctx, 0, func(tx *Tx) error { return fn(tx) })
 }
 
 func (b *backend) WriteWithin(ctx context.Context, wait time.Duration, fn func(store.Tx) error) error {
-	return b.DB.write(ctx, max(wait, time.Millisecond), func(tx *Tx) error { return fn(tx) })
+	return b.write(ctx, max(wait, time.Millisecond), func(tx *Tx) error { return fn(tx) })
 }
 
 // CheckWritable asks the server whether this session may write: a
@@ -90,7 +90,7 @@ func (b *backend) Attend(context.Context) (func(), error) { return func() {}, ni
 func (b *backend) Leave(context.Context) {}
 
 // Explain names the store in a failure of the server or the connection.
-func (b *backend) Explain(err error) error { return b.DB.explain(err) }
+func (b *backend) Explain(err error) error { return b.explain(err) }
 
 func (b *backend) Close() error { return b.DB.Close() }
 
@@ -158,6 +158,3 @@ var (
 	_ store.Tx       = (*Tx)(nil)
 	_ store.Fixtures = (*Tx)(nil)
 )
-
-// errNotYet is what an operation not yet built on PostgreSQL returns.
-var errNotYet = errors.New("not yet built on PostgreSQL")

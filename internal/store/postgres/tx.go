@@ -242,12 +242,11 @@ func (t *Tx) flush() (xid int64, err error) {
 
 // channel is the name of the store's notification channel: one per
 // schema, within the 63 bytes a channel name may have.
-func (d *DB) channel() string {
-	if d.notifyChannel == "" {
-		sum := sha256.Sum256([]byte(d.Schema))
-		d.notifyChannel = "cq_" + hex.EncodeToString(sum[:12])
-	}
-	return d.notifyChannel
+func (d *DB) channel() string { return d.notifyChannel }
+
+func channelOf(schema string) string {
+	sum := sha256.Sum256([]byte(schema))
+	return "cq_" + hex.EncodeToString(sum[:12])
 }
 
 // lockKey takes the advisory lock of key for the rest of the transaction,

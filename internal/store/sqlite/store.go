@@ -46,7 +46,9 @@ func (b *backend) Wakeups(context.Context) (<-chan struct{}, func()) { return ni
 
 // Exclusive is always ok: the processes of the store's one host take
 // turns with lock files in their home.
-func (b *backend) Exclusive(context.Context, string) (func(), bool, error) { return func() {}, true, nil }
+func (b *backend) Exclusive(context.Context, string) (func(), bool, error) {
+	return func() {}, true, nil
+}
 
 // Clock is the host's own: the store is on this host.
 func (b *backend) Clock() func() time.Time { return nil }
