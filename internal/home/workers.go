@@ -5,6 +5,8 @@
 package home
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -24,6 +26,21 @@ import (
 // namespace that shares the store and the hostname is never taken for
 // gone while it lives.
 
+// StoreFiles is the path the host-local files of the store at addr are
+// named after: the database file itself for a store that is a file, else
+// (a server's URL) a name in the home folder homeDir made from the URL,
+// or "" (no such files) without a home folder.
+func StoreFiles(homeDir, addr string) string {
+	if filepath.IsAbs(addr) {
+		return addr
+	}
+	if homeDir == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(addr))
+	return filepath.Join(homeDir, "store-"+hex.EncodeToString(sum[:8]))
+}
+
 // workersDir is the folder of the worker lock files of the store at
 // dbPath.
 func workersDir(dbPath string) string { return dbPath + "-workers" }
@@ -37,6 +54,9 @@ func workerLockName(id string) string { return strings.ReplaceAll(id, "/", "_") 
 // namespace as well, so that two workers of one id (one hostname, one pid
 // number, two containers) each hold a file of their own.
 func HoldWorker(dbPath, id string) (release func(), err error) {
+	if dbPath == "" {
+		return nil, errors.New("no place for worker lock files")
+	}
 	if err := fsutil.OwnDir(workersDir(dbPath)); err != nil {
 		return nil, err
 	}
@@ -72,6 +92,9 @@ func HoldWorker(dbPath, id string) (release func(), err error) {
 // is reported once. A worker with no file (one that could not make it, or
 // that keeps its lock files by another store path) is never reported gone.
 func WorkerGone(dbPath, id string) bool {
+	if dbPath == "" {
+		return false
+	}
 	dir := workersDir(dbPath)
 	ents, err := readOwnDir(dir)
 	if err != nil {
@@ -138,6 +161,9 @@ func samePath(f *os.File, path string) bool {
 // A worker that made its file and has not locked it yet finds it gone
 // once it has, and makes another (HoldWorker).
 func SweepWorkerLocks(dbPath string) int {
+	if dbPath == "" {
+		return 0
+	}
 	dir := workersDir(dbPath)
 	ents, err := readOwnDir(dir)
 	if err != nil {

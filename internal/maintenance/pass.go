@@ -117,10 +117,11 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	// their leases expire: kill them as soon as the worker's lock says it
 	// is gone (home.WorkerGone). The runs themselves are left to the
 	// reaper, which ends them once their leases expire (docs/semantics.md, Leases).
-	if err := killGoneWorkersRuns(ctx, st, opt.Host, stop); err != nil {
+	locks := home.StoreFiles(opt.Home, st.Backend().Addr())
+	if err := killGoneWorkersRuns(ctx, st, opt.Host, locks, stop); err != nil {
 		return r, err
 	}
-	home.SweepWorkerLocks(st.Backend().Addr())
+	home.SweepWorkerLocks(locks)
 	// A worker gone without a word is no longer listed once its lease
 	// passed; its row is kept a while for someone reading the store.
 	if _, err := st.SweepWorkers(ctx, deadWorkerKept); err != nil {
@@ -168,8 +169,8 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 }
 
 // killGoneWorkersRuns calls stop (the reaper's kill) for each live run of
-// host whose worker is gone.
-func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, stop func(queue.Reaped)) error {
+// host whose worker is gone (its lock files named after locks).
+func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host, locks string, stop func(queue.Reaped)) error {
 	if host == "" {
 		return nil
 	}
@@ -181,7 +182,7 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, stop
 	for _, lr := range live {
 		g, seen := gone[lr.Worker]
 		if !seen {
-			g = workerGone(st, lr)
+			g = workerGone(locks, lr)
 			gone[lr.Worker] = g
 		}
 		if g {
@@ -196,7 +197,7 @@ func killGoneWorkersRuns(ctx context.Context, st *queue.Store, host string, stop
 // lock is free (home.WorkerGone). Both must say so: the pid alone cannot
 // tell a worker of another pid namespace that shares the hostname, and
 // the lock alone trusts the file system's flock.
-func workerGone(st *queue.Store, lr queue.LiveRun) bool {
+func workerGone(locks string, lr queue.LiveRun) bool {
 	i := strings.LastIndexByte(lr.Worker, ':')
 	if i < 0 {
 		return false
@@ -205,5 +206,5 @@ func workerGone(st *queue.Store, lr queue.LiveRun) bool {
 	if err != nil || procs.Lives(pid, lr.Claimed) {
 		return false
 	}
-	return home.WorkerGone(st.Backend().Addr(), lr.Worker)
+	return home.WorkerGone(locks, lr.Worker)
 }

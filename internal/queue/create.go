@@ -200,13 +200,17 @@ func (c *creator) create(ctx context.Context, sp Spec, enqueue bool) (Created, e
 	}
 
 	depsLeft, deadDep := 0, false
-	for _, dep := range sp.After {
-		state, err := tx.TaskState(ctx, dep)
-		if errors.Is(err, store.ErrNotFound) {
-			return Created{}, notFoundf("--after: no task %q", dep)
-		}
-		if err != nil {
+	var states []string
+	if len(sp.After) > 0 {
+		var err error
+		if states, err = tx.TaskDependencyStates(ctx, sp.After); err != nil {
 			return Created{}, err
+		}
+	}
+	for i, dep := range sp.After {
+		state := states[i]
+		if state == "" {
+			return Created{}, notFoundf("--after: no task %q", dep)
 		}
 		if state != TaskDone {
 			depsLeft++

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
+	"github.com/cq-dev/cq/internal/store/storetest"
 )
 
 // TestTaskTransitions walks every (from, to) pair of the task state machine
@@ -26,6 +27,7 @@ import (
 // conflict and change nothing: no row of any table, no event.
 func TestTaskTransitions(t *testing.T) {
 	t.Parallel()
+	storetest.NeedSQLite(t) // forceRun writes SQLite's rows
 	var refusals refusalLog
 	t.Run("matrix", func(t *testing.T) { transitionMatrix(t, &refusals) })
 

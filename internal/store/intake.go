@@ -22,6 +22,13 @@ type IntakeReader interface {
 	// TaskSpec reads a task's stored spec (JSON text, as written) and its
 	// state; ErrNotFound when there is no such task.
 	TaskSpec(ctx context.Context, id string) (spec, state string, err error)
+	// TaskDependencyStates reads the states of deps, in their order, ""
+	// for one not stored. In a transaction, a backend with concurrent
+	// writers reads each under the lock that ending it takes (see
+	// TaskDependencyDone and TaskDependentsWaiting): a dependency ending
+	// at the same time is either read ended here, or counts the new
+	// dependent off (or cancels it) after this transaction commits.
+	TaskDependencyStates(ctx context.Context, deps []string) ([]string, error)
 	// TaskDepsNotDone counts the dependencies of id (its --after) that are
 	// stored and not done; one deleted since (by cleanup) is not counted.
 	// 0 for a task without dependencies or no such task.

@@ -243,7 +243,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Says this worker lives: a maintenance pass kills what the runs of a
 	// worker gone with its supervisor left behind (home.WorkerGone).
-	if release, err := home.HoldWorker(w.st.Backend().Addr(), w.id); err == nil {
+	if release, err := home.HoldWorker(home.StoreFiles(w.opt.Home, w.st.Backend().Addr()), w.id); err == nil {
 		defer release()
 	} else {
 		w.log.Warn("worker.lock_failed", "error", err.Error())

@@ -40,6 +40,30 @@ func (r *reads) TaskState(ctx context.Context, id string) (string, error) {
 	return state, err
 }
 
+// TaskDependencyStates takes the task lock of each of deps, sorted, in a
+// transaction, then reads their states: see the contract.
+func (r *reads) TaskDependencyStates(ctx context.Context, deps []string) ([]string, error) {
+	if r.tx != nil {
+		if err := r.tx.lockTasks(deps); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := r.q.Query(r.cx(ctx), `SELECT id, state FROM tasks WHERE id = ANY($1)`, deps)
+	if err != nil {
+		return nil, err
+	}
+	got := map[string]string{}
+	var id, state string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { got[id] = state; return nil }); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(deps))
+	for i, d := range deps {
+		out[i] = got[d]
+	}
+	return out, nil
+}
+
 func (r *reads) TaskSpec(ctx context.Context, id string) (spec, state string, err error) {
 	err = r.q.QueryRow(r.cx(ctx), `SELECT spec, state FROM tasks WHERE id = $1`, id).Scan(&spec, &state)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -151,7 +151,7 @@ func (tx *Tx) TaskDelete(ctx context.Context, state string, ids []string) ([]str
 	return deleted, spans, nil
 }
 
-// lockTasks takes the task locks (see lockTask) of ids, sorted, that this
+// lockTasks takes the task locks (see lockTask) of ids, sorting them, that this
 // transaction does not hold yet, in one statement in that order: the
 // order every holder of several task locks takes them in. The locks'
 // names are lock's.
@@ -162,6 +162,8 @@ func (tx *Tx) lockTasks(ids []string) error {
 			todo = append(todo, id)
 		}
 	}
+	slices.Sort(todo)
+	todo = slices.Compact(todo)
 	switch len(todo) {
 	case 0:
 		return nil

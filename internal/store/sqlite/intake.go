@@ -54,6 +54,19 @@ func (r reads) TaskSpec(ctx context.Context, id string) (string, string, error) 
 	return spec, state, err
 }
 
+// TaskDependencyStates needs no lock: SQLite has one writer at a time.
+func (r reads) TaskDependencyStates(ctx context.Context, deps []string) ([]string, error) {
+	out := make([]string, len(deps))
+	for i, id := range deps {
+		st, err := r.TaskState(ctx, id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
 func (r reads) TaskDepsNotDone(ctx context.Context, id string) (int, error) {
 	var left int
 	err := r.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_deps d JOIN tasks t ON t.id = d.dep_id

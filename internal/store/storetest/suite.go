@@ -20,6 +20,7 @@ type contractTest struct {
 var tests = []contractTest{
 	// Tasks (tasks.go, intake.go).
 	{"TaskGetMissing", testTaskGetMissing},
+	{"TaskDependencyStates", testTaskDependencyStates},
 	{"TaskCreateInbox", testTaskCreateInbox},
 	{"TaskCreateEnqueued", testTaskCreateEnqueued},
 	{"TaskCreateEnqueuedBatch", testTaskCreateEnqueuedBatch},

@@ -35,6 +35,31 @@ func testTaskGetMissing(t *testing.T, b Backend) {
 	}
 }
 
+// testTaskDependencyStates: the states of the ids asked, in their order,
+// "" for one not stored, a repeated id read twice; the same in a
+// transaction (where a backend may take locks).
+func testTaskDependencyStates(t *testing.T, b Backend) {
+	e := newEnv(t, b)
+	e.write(func(tx store.Tx) error {
+		if err := tx.TaskCreateInbox(ctx, store.Task{ID: "a", Queue: "q", Spec: spec("a")}, at(0)); err != nil {
+			return err
+		}
+		return tx.TaskCreateEnqueued(ctx, store.Task{ID: "b", State: "todo", Queue: "q", Spec: spec("b"), LaneHead: true, TodoAt: at(0)}, at(0))
+	})
+	want := []string{"todo", "", "inbox", "todo"}
+	got, err := e.s.TaskDependencyStates(ctx, []string{"b", "nope", "a", "b"})
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("TaskDependencyStates = %q, %v; want %q", got, err, want)
+	}
+	e.write(func(tx store.Tx) error {
+		got, err := tx.TaskDependencyStates(ctx, []string{"b", "nope", "a", "b"})
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("in a transaction: TaskDependencyStates = %q, %v; want %q", got, err, want)
+		}
+		return err
+	})
+}
+
 // testTaskCreateInbox: TaskCreateInbox stores the fields it names, in
 // inbox, with no seq, no lane and no event; a second task of the id is an
 // error.
