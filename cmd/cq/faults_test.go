@@ -423,7 +423,7 @@ func TestDiskFull(t *testing.T) {
 }
 
 // TestSIGKILLStorm: producers (cq enqueue, and cq enqueue --spool) and
-// cq worker processes on one home are SIGKILLed at random moments and
+// cq worker processes on one home (and store, testDB's) are SIGKILLed at random moments and
 // started again, for a bounded number of rounds. Then every enqueue
 // that was acknowledged (exit 0, its id printed) names a task stored
 // exactly once, which ends done; no task ran twice at the same time (each
@@ -431,7 +431,7 @@ func TestDiskFull(t *testing.T) {
 // and no process of a run, nor any other cq process, survives.
 func TestSIGKILLStorm(t *testing.T) {
 	t.Parallel()
-	e := newCQEnv(t, 60*time.Second, false)
+	e := newCQEnv(t, 60*time.Second, false).onTestDB()
 	marks := e.path("marks")
 	if err := os.Mkdir(marks, 0o700); err != nil {
 		t.Fatal(err)

@@ -484,6 +484,26 @@ func newCQEnv(t *testing.T, timeout time.Duration, strict bool) *cqEnv {
 	return &cqEnv{t: t, dir: dir, home: home, env: env, timeout: timeout, strict: strict}
 }
 
+// testDB is the store of a test whose processes prove a rule of every
+// backend: "" (cq's default, SQLite in the home) unless $CQ_TEST_DB is
+// postgres, then a new schema of the test's own on the tests' server,
+// dropped at its end; without a server the test is skipped, saying why.
+func testDB(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("CQ_TEST_DB") != "postgres" {
+		return ""
+	}
+	return pgtest.Schema(t)
+}
+
+// onTestDB points e's processes at testDB's store.
+func (e *cqEnv) onTestDB() *cqEnv {
+	if db := testDB(e.t); db != "" {
+		e.env = append(e.env, "CQ_DB="+db)
+	}
+	return e
+}
+
 // path is a file in the working folder.
 func (e *cqEnv) path(name string) string { return filepath.Join(e.dir, name) }
 

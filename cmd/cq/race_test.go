@@ -61,6 +61,9 @@ func newRaceEnv(t *testing.T, home string) *raceEnv {
 	// Under -race every process would otherwise sleep a second at exit,
 	// which spreads the processes out instead of making them collide.
 	env = append(env, "CQ_HOME="+home, "GORACE="+gorace)
+	if db := testDB(t); db != "" {
+		env = append(env, "CQ_DB="+db)
+	}
 	return &raceEnv{home: home, dir: t.TempDir(), env: env}
 }
 

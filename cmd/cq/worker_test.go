@@ -122,6 +122,13 @@ func wkNewEnv(t *testing.T) *wkEnv {
 	return &wkEnv{newCQEnv(t, 90*time.Second, true)}
 }
 
+// wkNewSharedEnv is wkNewEnv on the backend $CQ_TEST_DB chooses (testDB),
+// for the tests of rules every backend keeps.
+func wkNewSharedEnv(t *testing.T) *wkEnv {
+	t.Helper()
+	return &wkEnv{newCQEnv(t, 90*time.Second, true).onTestDB()}
+}
+
 // wkRun and wkTask are the parts of cq show -o json the tests read.
 type wkRun struct {
 	ID        string  `json:"id"`
@@ -405,7 +412,7 @@ func (e *wkEnv) readLines(name string) []string {
 // them: every task runs exactly once (one start and one end line, one
 // run) and ends done, those that outlive the lease included.
 func TestWorkerManyExactlyOnce(t *testing.T) {
-	e := wkNewEnv(t)
+	e := wkNewSharedEnv(t)
 	var workers []*wkWorker
 	for i := range 3 {
 		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "4", "--lease", "3s"))
@@ -567,7 +574,7 @@ func TestWorkerOnceFastTasks(t *testing.T) {
 // order they were enqueued, whatever their priority, across 3 workers;
 // different keys do run side by side.
 func TestWorkerKeyLanes(t *testing.T) {
-	e := wkNewEnv(t)
+	e := wkNewSharedEnv(t)
 	var workers []*wkWorker
 	for i := range 3 {
 		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "3"))
@@ -637,7 +644,7 @@ func TestWorkerKeyLanes(t *testing.T) {
 // with it (a folder per live task); the count never exceeds 2 and does
 // reach 2.
 func TestWorkerQueueConcurrency(t *testing.T) {
-	e := wkNewEnv(t)
+	e := wkNewSharedEnv(t)
 	e.ok("queue", "set", "lim", "--concurrency", "2")
 	var workers []*wkWorker
 	for i := range 3 {

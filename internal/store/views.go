@@ -217,6 +217,9 @@ type ViewReader interface {
 
 	// SystemStateGet reads one system_state value; ok is false when it
 	// was never set.
+	// In a transaction, a backend with concurrent writers holds the key
+	// until commit: a read followed by a write of it cannot lose another
+	// transaction's write.
 	SystemStateGet(ctx context.Context, key string) (value string, ok bool, err error)
 }
 

@@ -31,7 +31,15 @@ func (r *reads) Snapshot(ctx context.Context, fn func(store.Reader) error) error
 	return fn(&reads{q: ptx})
 }
 
+// SystemStateGet takes the key's lock in a transaction: the writers that
+// read a value to write it back (the sweep's windows, the safety nets'
+// places) take turns instead of losing each other's change.
 func (r *reads) SystemStateGet(ctx context.Context, key string) (string, bool, error) {
+	if r.tx != nil {
+		if err := r.tx.lock(ctx, "state", key); err != nil {
+			return "", false, err
+		}
+	}
 	var v string
 	err := r.q.QueryRow(r.cx(ctx), `SELECT value FROM system_state WHERE key = $1`, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
