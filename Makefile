@@ -59,6 +59,7 @@ bench: build bench-bins $(BENCHSTAT) ## Go benchmarks + benchstat, end-to-end ru
 	GO=$(GO) BENCHSTAT=$(BENCHSTAT) BENCH_COUNT=$(BENCH_COUNT) ./bench/run.sh $(BIN)/cq; status=$$?; \
 	printf '\n### River on PostgreSQL: bench/river (figures: %s)\n\n' $(BENCH_RIVER_ENV); \
 	$(BENCH_RIVER) -skip-if-down -results $(BENCH_RIVER_ENV) $(ARGS) || status=1; \
+	$(CURDIR)/bench/pg-goals.sh $(abspath $(or $(BENCH_OUT),bench/out))/go.txt $(BENCH_RIVER_ENV); \
 	exit $$status
 
 # River's harness is a module of its own (bench/river/go.mod), so that River
