@@ -16,7 +16,7 @@ fi
 schema=cq_demo_$$_$RANDOM
 sep='?'
 case $base in *\?*) sep='&' ;; esac
-drop() { psql "$base" -Atqc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null || true; }
+drop() { psql "$base" -Atq -c 'SET client_min_messages = warning' -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null || true; }
 trap drop EXIT
 export CQ_DB="$base${sep}schema=$schema"
 printf 'cq on PostgreSQL: CQ_DB=%s\n' "$CQ_DB"
