@@ -88,9 +88,10 @@ func report(w io.Writer, err error) {
 }
 
 // oneLine is msg as one line of stderr: a reason or a path given by a
-// user may hold line breaks, which become spaces.
+// user may hold line breaks, and the driver lists the hosts it tried one
+// per indented line; breaks and tabs become spaces.
 func oneLine(msg string) string {
-	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(strings.TrimSpace(msg))
+	return strings.NewReplacer("\r\n", " ", "\n\t", " ", "\n", " ", "\r", " ", "\t", " ").Replace(strings.TrimSpace(msg))
 }
 
 // multi runs fn for each id on its own, reports each failure on stderr,
