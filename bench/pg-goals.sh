@@ -35,16 +35,23 @@ awk '
 		print "PostgreSQL goals (cq and River on the same server, this run)"
 		fmt = "%-44s %-18s %-44s %s\n"
 		printf fmt, "goal", "target", "measured", ""
-		goal("claim+complete, cq (4 workers x 64 slots)", "BenchmarkPGClaimComplete/workers=4|cycles/s", "river_claim_complete_jobs_per_s", 1.5)
-		goal("batch enqueue, cq (1000 per transaction)", "BenchmarkPGEnqueueBatch|tasks/s", "river_insert_many_jobs_per_s", 1.0)
+		goal("claim+complete, cq (4 workers x 64 slots)", "BenchmarkPGClaimComplete/workers=4|cycles/s", "river_claim_complete_jobs_per_s", 1.5,
+			"BenchmarkPGFloorCycle/workers=4|cycles/s")
+		goal("batch enqueue, cq (1000 per transaction)", "BenchmarkPGEnqueueBatch|tasks/s", "river_insert_many_jobs_per_s", 1.0,
+			"BenchmarkPGFloorEnqueue|tasks/s")
 	}
-	function goal(g, cqk, rk, want,    r) {
+	# A MISS whose floor (the least the contract of cq writes, as bare SQL on
+	# the schema of cq, same run) misses as well says "floor too".
+	function goal(g, cqk, rk, want, fk,    r, v) {
 		if (!(cqk in f) || !(rk in f) || f[rk] + 0 <= 0) {
 			printf fmt, g, ">= " want " x River", "n/a (no figure: server down or a part failed)", "n/a"
 			return
 		}
 		r = f[cqk] / f[rk]
-		printf fmt, g, ">= " want " x River", sprintf("%.0f/s = %.2f x River %.0f/s", f[cqk], r, f[rk]), (r >= want ? "PASS" : "MISS")
+		v = (r >= want) ? "PASS" : "MISS"
+		if (v == "MISS" && (fk in f) && f[fk] / f[rk] < want) v = "MISS (floor too)"
+		printf fmt, g, ">= " want " x River", sprintf("%.0f/s = %.2f x River %.0f/s", f[cqk], r, f[rk]), v
+		if (fk in f) printf fmt, "  its floor (bench_pg_test.go)", "info", sprintf("%.0f/s = %.2f x River", f[fk], f[fk] / f[rk]), ""
 	}
 ' "$gofile" "$riverfile"
 exit 0
