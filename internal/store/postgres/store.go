@@ -49,7 +49,7 @@ type backend struct {
 
 // Store returns d as the domain's store.
 func (d *DB) Store() store.Store {
-	return &backend{DB: d, reads: reads{q: d.Pool}}
+	return &backend{DB: d, reads: reads{q: poolReads{d.Pool}}}
 }
 
 // DBOf is the PostgreSQL handle behind a store of this package's, for the

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cq-dev/cq/internal/store"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The statements of store.ViewReader and store.ViewWriter: this file holds
@@ -17,13 +16,18 @@ import (
 // Snapshot over the pool reads in a REPEATABLE READ transaction of its
 // own: every statement of it sees the state of its first.
 func (r *reads) Snapshot(ctx context.Context, fn func(store.Reader) error) error {
-	p, ok := r.q.(*pgxpool.Pool)
+	p, ok := r.q.(poolReads)
 	if r.tx != nil || !ok {
 		// A write transaction reads its own state; a snapshot is one
 		// already.
 		return fn(r)
 	}
-	ptx, err := p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	var ptx pgx.Tx
+	err := retryRead(ctx, func() error {
+		var err error
+		ptx, err = p.p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		return err
+	})
 	if err != nil {
 		return err
 	}
