@@ -41,9 +41,16 @@ const maxAttempts = 8
 // each wait for a lock (store.ErrBusy past it).
 func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) error {
 	backoff := 5 * time.Millisecond
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := d.writeOnce(ctx, wait, fn)
-		if err == nil || !retryable(err) || attempt == maxAttempts || ctx.Err() != nil {
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return d.explain(err)
+		}
+		// A server out of reach is waited for as long as a read waits (a
+		// failover takes seconds); a conflict is run again maxAttempts
+		// times.
+		if attempt >= maxAttempts && !(isConnError(err) && time.Since(start) < readRetryFor) {
 			return d.explain(err)
 		}
 		// Jitter, so that two transactions that deadlocked do not meet
