@@ -72,7 +72,7 @@ func stepWall(t *testing.T, file string, offset time.Duration) time.Time {
 // maintenance pass (cq heartbeat) reaps nothing: the runs stay running
 // with their processes, and each task ends done with its one run.
 func TestWorkerSurvivesWallClockSteps(t *testing.T) {
-	e := wkNewEnv(t)
+	e := wkNewSQLiteEnv(t) // on PostgreSQL, leases follow the server's clock
 	clockFile := e.path("wall-offset")
 	stepWall(t, clockFile, 0)
 	e.env = append(e.env, testClockEnv+"="+clockFile)

@@ -117,16 +117,21 @@ func wkDescribeProcs(pids []int) string {
 // or takes more than 90 s fails the test.
 type wkEnv struct{ *cqEnv }
 
+// wkNewEnv's processes use the backend $CQ_TEST_DB chooses (testDB).
 func wkNewEnv(t *testing.T) *wkEnv {
 	t.Helper()
-	return &wkEnv{newCQEnv(t, 90*time.Second, true)}
+	return &wkEnv{newCQEnv(t, 90*time.Second, true).onTestDB()}
 }
 
-// wkNewSharedEnv is wkNewEnv on the backend $CQ_TEST_DB chooses (testDB),
-// for the tests of rules every backend keeps.
-func wkNewSharedEnv(t *testing.T) *wkEnv {
+// wkNewSQLiteEnv is wkNewEnv on SQLite, for a test that reaches into the
+// database file; it is skipped when $CQ_TEST_DB chooses another backend
+// (it runs in the SQLite half of make test).
+func wkNewSQLiteEnv(t *testing.T) *wkEnv {
 	t.Helper()
-	return &wkEnv{newCQEnv(t, 90*time.Second, true).onTestDB()}
+	if db := os.Getenv("CQ_TEST_DB"); db != "" && db != "sqlite" {
+		t.Skipf("reaches into SQLite's file; $CQ_TEST_DB chooses %s", db)
+	}
+	return &wkEnv{newCQEnv(t, 90*time.Second, true)}
 }
 
 // wkRun and wkTask are the parts of cq show -o json the tests read.
@@ -412,7 +417,7 @@ func (e *wkEnv) readLines(name string) []string {
 // them: every task runs exactly once (one start and one end line, one
 // run) and ends done, those that outlive the lease included.
 func TestWorkerManyExactlyOnce(t *testing.T) {
-	e := wkNewSharedEnv(t)
+	e := wkNewEnv(t)
 	var workers []*wkWorker
 	for i := range 3 {
 		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "4", "--lease", "3s"))
@@ -574,7 +579,7 @@ func TestWorkerOnceFastTasks(t *testing.T) {
 // order they were enqueued, whatever their priority, across 3 workers;
 // different keys do run side by side.
 func TestWorkerKeyLanes(t *testing.T) {
-	e := wkNewSharedEnv(t)
+	e := wkNewEnv(t)
 	var workers []*wkWorker
 	for i := range 3 {
 		workers = append(workers, e.startWorker(fmt.Sprintf("w%d", i), "--concurrency", "3"))
@@ -644,7 +649,7 @@ func TestWorkerKeyLanes(t *testing.T) {
 // with it (a folder per live task); the count never exceeds 2 and does
 // reach 2.
 func TestWorkerQueueConcurrency(t *testing.T) {
-	e := wkNewSharedEnv(t)
+	e := wkNewEnv(t)
 	e.ok("queue", "set", "lim", "--concurrency", "2")
 	var workers []*wkWorker
 	for i := range 3 {
@@ -1084,7 +1089,7 @@ func TestWorkerLogsFollow(t *testing.T) {
 // last renewal; 6 s allowed here). It then writes nothing more for that
 // run: the reaper ends it.
 func TestWorkerLeaseLostWhileStoreLocked(t *testing.T) {
-	e := wkNewEnv(t)
+	e := wkNewSQLiteEnv(t)
 	e.ok("enqueue", "--id", "locked", "--shell", `sleep 100 & sleep 100; wait`)
 	w := e.startWorker("w", "--lease", "3s")
 	r := e.waitRunning("locked", 1)
