@@ -50,7 +50,7 @@ func (d *DB) write(ctx context.Context, wait time.Duration, fn func(tx *Tx) erro
 		// A server out of reach is waited for as long as a read waits (a
 		// failover takes seconds); a conflict is run again maxAttempts
 		// times.
-		if attempt >= maxAttempts && !(isConnError(err) && time.Since(start) < readRetryFor) {
+		if attempt >= maxAttempts && (!isConnError(err) || time.Since(start) >= readRetryFor) {
 			return d.explain(err)
 		}
 		// Jitter, so that two transactions that deadlocked do not meet
