@@ -7,11 +7,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
 )
 
 // Config is a checked database URL, or list of URLs: what OpenConfig
@@ -135,7 +137,7 @@ func configure(pc *pgxpool.Config, u *pgURL) {
 		Idle:     tcpKeepalivesIdle * time.Second,
 		Interval: tcpKeepalivesInterval * time.Second,
 		Count:    tcpKeepalivesCount,
-	}}
+	}, Control: userTimeout}
 	cc.DialFunc = dialer.DialContext
 	if cc.ValidateConnect == nil && u.hostCount() > 1 {
 		// Several hosts are a primary and its standbys: a new connection
@@ -147,6 +149,25 @@ func configure(pc *pgxpool.Config, u *pgURL) {
 	pc.MinConns = 0
 	pc.MaxConnIdleTime = 5 * time.Minute
 	pc.AfterConnect = afterConnect
+}
+
+// userTimeout bounds, on a TCP connection, how long sent data may stay
+// unacknowledged before the kernel gives the connection up: keepalives
+// probe only an idle connection, and a query sent to a host that vanished
+// (power lost, network cut) would otherwise wait for the retransmissions
+// to run out, about 15 minutes. The bound is the keepalives' own.
+func userTimeout(network, _ string, c syscall.RawConn) error {
+	if !strings.HasPrefix(network, "tcp") {
+		return nil
+	}
+	ms := (tcpKeepalivesIdle + tcpKeepalivesInterval*tcpKeepalivesCount) * 1000
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, ms)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // afterConnect sets what cannot be sent as the session starts: a setting

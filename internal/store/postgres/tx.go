@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -104,12 +105,11 @@ func isConnError(err error) bool {
 	}
 	var ne net.Error
 	var ce *pgconn.ConnectError
-	return errors.As(err, &ne) || errors.As(err, &ce) || pgconn.Timeout(err) || errors.Is(err, errConnClosed)
+	// A connection pgx closed after a failure, or one the server's end
+	// of which went away mid-message.
+	return errors.As(err, &ne) || errors.As(err, &ce) || pgconn.Timeout(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
-
-// errConnClosed stands for pgx's "conn closed" errors, which it does not
-// export.
-var errConnClosed = errors.New("conn closed")
 
 func (d *DB) writeOnce(ctx context.Context, wait time.Duration, fn func(tx *Tx) error) (err error) {
 	c, err := d.Pool.Acquire(ctx)
@@ -145,7 +145,7 @@ func (d *DB) writeOnce(ctx context.Context, wait time.Duration, fn func(tx *Tx) 
 		}
 		return err
 	}
-	xid, err := t.flush()
+	xid, tl, err := t.flush()
 	if err != nil {
 		if wait > 0 && isCode(err, "55P03") {
 			return fmt.Errorf("%w: another writer held a lock for more than %s", store.ErrBusy, wait)
@@ -160,30 +160,37 @@ func (d *DB) writeOnce(ctx context.Context, wait time.Duration, fn func(tx *Tx) 
 	if !isConnError(err) {
 		return &commitError{err}
 	}
-	return d.resolve(ctx, xid, err)
+	return d.resolve(ctx, xid, tl, err)
 }
 
 // resolve finds out whether transaction xid, whose COMMIT failed with
 // err on a lost connection, committed: nil when it did, errAborted when it
 // did not (it may be run again).
-func (d *DB) resolve(ctx context.Context, xid int64, err error) error {
+func (d *DB) resolve(ctx context.Context, xid int64, tl string, err error) error {
 	deadline := time.Now().Add(30 * time.Second)
+	unknown := &commitError{fmt.Errorf("%w: %w", ErrUnknownOutcome, err)}
 	for {
 		var status *string
-		qerr := d.Pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status)
+		var now string
+		qerr := d.Pool.QueryRow(ctx, `SELECT txid_status($1), `+sqlTimeline, xid).Scan(&status, &now)
 		switch {
+		case qerr == nil && now != tl:
+			// Another history (a standby promoted since): its
+			// transaction ids are not the ones the transaction had, so
+			// what it says of xid says nothing of the transaction.
+			return unknown
 		case qerr == nil && status != nil && *status == "committed":
 			return nil
 		case qerr == nil && status != nil && *status == "aborted":
 			return errAborted
 		case qerr == nil && status == nil:
 			// Too old to tell: cannot happen seconds later, but say so.
-			return &commitError{fmt.Errorf("%w: %w", ErrUnknownOutcome, err)}
+			return unknown
 		}
 		// In progress (the server has not seen the connection go yet), or
 		// the server cannot be reached now: ask again.
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return &commitError{fmt.Errorf("%w: %w", ErrUnknownOutcome, err)}
+			return unknown
 		}
 		select {
 		case <-ctx.Done():
@@ -191,6 +198,11 @@ func (d *DB) resolve(ctx context.Context, xid int64, err error) error {
 		}
 	}
 }
+
+// sqlTimeline is the primary's current timeline, which a promotion
+// changes: the first 8 hex digits of its WAL file's name. A standby
+// refuses it (and is asked again, until the deadline).
+const sqlTimeline = `substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)`
 
 // Tx is a write transaction. Its events are kept in memory until it
 // commits, and written then, after every other statement, with their seqs
@@ -220,11 +232,12 @@ type savepoint struct {
 }
 
 // flush writes the pending events, taking their seqs from the counter,
-// and notifies the store's listeners; it returns the transaction's id.
-func (t *Tx) flush() (xid int64, err error) {
+// and notifies the store's listeners; it returns the transaction's id
+// and the server's timeline, by which resolve learns its fate.
+func (t *Tx) flush() (xid int64, tl string, err error) {
 	if len(t.events) == 0 {
-		err = t.ptx.QueryRow(t.ctx, `SELECT txid_current()`).Scan(&xid)
-		return xid, err
+		err = t.ptx.QueryRow(t.ctx, `SELECT txid_current(), `+sqlTimeline).Scan(&xid, &tl)
+		return xid, tl, err
 	}
 	n := len(t.events)
 	cols := make([][]string, 8)
@@ -242,9 +255,9 @@ func (t *Tx) flush() (xid int64, err error) {
 			FROM c, unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
 				WITH ORDINALITY AS e(at, kind, task_id, run_id, from_state, to_state, reason, data, n)
 			RETURNING seq)
-		SELECT pg_notify($10, (SELECT max(seq) FROM ins)::text), txid_current()`,
-		n, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], t.db.channel()).Scan(nil, &xid)
-	return xid, err
+		SELECT pg_notify($10, (SELECT max(seq) FROM ins)::text), txid_current(), `+sqlTimeline,
+		n, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], t.db.channel()).Scan(nil, &xid, &tl)
+	return xid, tl, err
 }
 
 // channel is the name of the store's notification channel: one per
