@@ -17,7 +17,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,7 +24,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -533,46 +531,9 @@ func TestHostsFailover(t *testing.T) {
 }
 
 // startWorker starts cq worker ARGS on host h, under h's host name, with
-// e's environment. It is wkEnv.startWorker's, which runs cq directly,
-// with the worker entered into h's namespaces: the pid is the worker's
-// own (ip netns exec, unshare and sh exec in turn), and t.Cleanup stops
-// it the same way.
+// e's environment, entered into h's namespaces: the pid is the worker's
+// own (ip netns exec, unshare and sh exec in turn).
 func (h *netHost) startWorker(e *wkEnv, args ...string) *wkWorker {
 	e.t.Helper()
-	w := &wkWorker{e: e, name: h.name, done: make(chan struct{})}
-	argv := h.named(append([]string{"cq", "worker"}, args...)...)
-	w.cmd = exec.Command(argv[0], argv[1:]...)
-	w.cmd.Env, w.cmd.Dir = e.env, e.dir
-	w.cmd.Stdout, w.cmd.Stderr = &w.stdout, &w.stderr
-	if err := w.cmd.Start(); err != nil {
-		e.t.Fatalf("start worker on %s: %v", h.name, err)
-	}
-	go func() {
-		err := w.cmd.Wait()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			w.code = ee.ExitCode()
-		default:
-			w.code = -2
-		}
-		close(w.done)
-	}()
-	e.t.Cleanup(func() {
-		select {
-		case <-w.done:
-			return
-		default:
-		}
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-w.done:
-		case <-time.After(20 * time.Second):
-			_ = w.cmd.Process.Kill()
-			<-w.done
-		}
-		e.t.Logf("worker on %s stderr:\n%s", w.name, w.stderr.String())
-	})
-	return w
+	return e.startWorkerArgv(h.name, h.named(append([]string{"cq", "worker"}, args...)...))
 }

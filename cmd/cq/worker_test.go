@@ -273,8 +273,15 @@ type wkWorker struct {
 // SIGTERM, then SIGKILL after 20 s) if the test has not.
 func (e *wkEnv) startWorker(name string, args ...string) *wkWorker {
 	e.t.Helper()
+	return e.startWorkerArgv(name, append([]string{"cq", "worker"}, args...))
+}
+
+// startWorkerArgv is startWorker for a worker started by argv (cq worker
+// entered into other namespaces, for instance).
+func (e *wkEnv) startWorkerArgv(name string, argv []string) *wkWorker {
+	e.t.Helper()
 	w := &wkWorker{e: e, name: name, done: make(chan struct{})}
-	w.cmd = exec.Command("cq", append([]string{"worker"}, args...)...)
+	w.cmd = exec.Command(argv[0], argv[1:]...)
 	w.cmd.Env, w.cmd.Dir = e.env, e.dir
 	w.cmd.Stdout, w.cmd.Stderr = &w.stdout, &w.stderr
 	if err := w.cmd.Start(); err != nil {

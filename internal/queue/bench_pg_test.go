@@ -56,25 +56,33 @@ func BenchmarkPGClaimComplete(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			st := pgBenchStore(b)
 			fill(b, st, b.N, queue.Spec{})
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			errs := make([]error, workers)
-			for w := range workers {
-				share := b.N / workers
-				if w == 0 {
-					share += b.N % workers
-				}
-				wg.Go(func() { errs[w] = cycleShare(st, fmt.Sprintf("bench-%d", w), share, batchSlots) })
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			shares(b, workers, func(w, share int) error {
+				return cycleShare(st, fmt.Sprintf("bench-%d", w), share, batchSlots)
+			})
 		})
 	}
+}
+
+// shares times b.N tasks run by workers goroutines at once, each running
+// run(w, its share), and reports them as cycles/s.
+func shares(b *testing.B, workers int, run func(w, share int) error) {
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		share := b.N / workers
+		if w == 0 {
+			share += b.N % workers
+		}
+		wg.Go(func() { errs[w] = run(w, share) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }
 
 // cycleShare is workerCycles for one of several workers sharing a
@@ -130,23 +138,9 @@ func BenchmarkPGFloorCycle(b *testing.B) {
 			st := pgBenchStore(b)
 			fill(b, st, b.N, queue.Spec{})
 			pool := postgres.DBOf(st.Backend()).Pool
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			errs := make([]error, workers)
-			for w := range workers {
-				share := b.N / workers
-				if w == 0 {
-					share += b.N % workers
-				}
-				wg.Go(func() { errs[w] = floorShare(pool, fmt.Sprintf("floor-%d", w), share, batchSlots) })
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			shares(b, workers, func(w, share int) error {
+				return floorShare(pool, fmt.Sprintf("floor-%d", w), share, batchSlots)
+			})
 		})
 	}
 }
