@@ -727,6 +727,14 @@ func (w *Worker) liveRuns() []*run {
 	return out
 }
 
+// tracks reports whether r is still among the worker's live runs (a run
+// leaves them when its process ended, before its end is recorded).
+func (w *Worker) tracks(r *run) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runs[r.c.RunID] == r
+}
+
 // keepLeases renews every live run's lease each Lease/3. A renewal may
 // block (the store busy or unreachable), so the 2/3-TTL deadline is
 // watched by watchLeases on a goroutine of its own that never touches the
@@ -762,8 +770,12 @@ func (w *Worker) keepLeases(ctx context.Context) {
 				if ren.State == queue.RunCancelling {
 					r.kill(killCancel, w.opt.Grace)
 				}
-			case queue.IsConflict(err):
+			case queue.IsConflict(err) && w.tracks(r):
+				// Refused while the run is still this worker's: the lease
+				// is gone. A run that ended meanwhile was refused because
+				// its end was recorded, and its group is gone already.
 				w.lose(r, err.Error())
+			case queue.IsConflict(err):
 			case ctx.Err() == nil:
 				w.log.Error("store.error", "op", "renew", "run", r.c.RunID, "error", err.Error())
 			}
