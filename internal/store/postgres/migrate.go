@@ -100,8 +100,15 @@ func (d *DB) migrate(ctx context.Context, ms []Migration) (applied int, err erro
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", d.addr, err)
 	}
-	if err := d.refuse(st, latest); err != nil || st.version == latest {
-		return 0, err
+	// Unlocked, the state is only a hint: the two statements of readState
+	// may straddle another opener's migration (no version table yet, then
+	// its tables), so whether the schema is another application's is
+	// judged under the lock, below. A newer version is final.
+	if st.version > latest {
+		return 0, d.refuse(st, latest)
+	}
+	if st.version == latest {
+		return 0, nil
 	}
 	c, err := d.Pool.Acquire(ctx)
 	if err != nil {

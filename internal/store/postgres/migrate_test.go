@@ -256,6 +256,41 @@ func TestOpenConcurrent(t *testing.T) {
 	}
 }
 
+// TestOpenConcurrentEmptySchema: openers at once of an empty schema made
+// for cq beforehand (as a DBA may, or a test) all succeed, round after
+// round: an opener that reads the schema while another's migration
+// commits must not take it for another application's.
+func TestOpenConcurrentEmptySchema(t *testing.T) {
+	t.Parallel()
+	const rounds, openers = 20, 8
+	for round := range rounds {
+		url := pgtest.Schema(t)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make([]error, openers)
+		for i := range openers {
+			wg.Go(func() {
+				<-start
+				// Spread over the first opener's migration, so that some
+				// read the schema while it commits.
+				time.Sleep(time.Duration(i) * 15 * time.Millisecond)
+				d, _, err := tryOpen(url, postgres.Migrations())
+				if d != nil {
+					_ = d.Close()
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, opener %d: %v", round, i, err)
+			}
+		}
+	}
+}
+
 // envChildURL, set, makes TestOpenConcurrentProcesses a child that opens
 // the schema of that URL.
 const envChildURL = "CQ_PGTEST_OPEN_URL"
