@@ -431,7 +431,7 @@ func TestDiskFull(t *testing.T) {
 // and no process of a run, nor any other cq process, survives.
 func TestSIGKILLStorm(t *testing.T) {
 	t.Parallel()
-	e := newCQEnv(t, 60*time.Second, false).onTestDB()
+	e := newBackendEnv(t, 60*time.Second, false)
 	marks := e.path("marks")
 	if err := os.Mkdir(marks, 0o700); err != nil {
 		t.Fatal(err)

@@ -465,7 +465,25 @@ type cqEnv struct {
 	strict bool
 }
 
+// newCQEnv makes a cqEnv whose store is SQLite's, in the home: under $CQ_TEST_DB=postgres (make
+// test-pg) the test is skipped, since the SQLite half of make test runs
+// it. newBackendEnv is the same on the backend $CQ_TEST_DB chooses.
 func newCQEnv(t *testing.T, timeout time.Duration, strict bool) *cqEnv {
+	t.Helper()
+	if db := os.Getenv("CQ_TEST_DB"); db != "" && db != "sqlite" {
+		t.Skipf("a test of cq on SQLite (run by the SQLite half); $CQ_TEST_DB chooses %s", db)
+	}
+	return newEnvIn(t, timeout, strict)
+}
+
+// newBackendEnv is newCQEnv on testDB's store: SQLite in the home, or a
+// schema of the test's own when $CQ_TEST_DB chooses PostgreSQL.
+func newBackendEnv(t *testing.T, timeout time.Duration, strict bool) *cqEnv {
+	t.Helper()
+	return newEnvIn(t, timeout, strict).onTestDB()
+}
+
+func newEnvIn(t *testing.T, timeout time.Duration, strict bool) *cqEnv {
 	t.Helper()
 	dir := t.TempDir()
 	home := filepath.Join(dir, "home")

@@ -120,7 +120,7 @@ type wkEnv struct{ *cqEnv }
 // wkNewEnv's processes use the backend $CQ_TEST_DB chooses (testDB).
 func wkNewEnv(t *testing.T) *wkEnv {
 	t.Helper()
-	return &wkEnv{newCQEnv(t, 90*time.Second, true).onTestDB()}
+	return &wkEnv{newBackendEnv(t, 90*time.Second, true)}
 }
 
 // wkNewSQLiteEnv is wkNewEnv on SQLite, for a test that reaches into the
