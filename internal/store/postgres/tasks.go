@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/cq-dev/cq/internal/store"
 	"github.com/jackc/pgx/v5"
@@ -204,33 +203,14 @@ func (tx *Tx) TaskLaneAdvance(ctx context.Context, key string) error {
 	return err
 }
 
-// failClasses are the classes a TaskUpdate may spend a failure of, each
-// with its count's column.
-var failClasses = [...]struct{ class, col string }{{"other", "fails_other"}, {"transient", "fails_transient"}, {"timeout", "fails_timeout"}}
-
 // taskUpdateSQL holds the statement for each set of fields and failure
-// class a TaskUpdate writes, built on first use: the same text each time,
-// so each connection prepares it once.
-var taskUpdateSQL [int(store.TaskFieldsAll+1) * (len(failClasses) + 1)]atomic.Pointer[string]
+// class a TaskUpdate writes (taskUpdateText).
+var taskUpdateSQL store.TaskUpdateStatements
 
 func (tx *Tx) TaskUpdate(ctx context.Context, u store.TaskUpdate) (bool, error) {
-	fc := 0
-	if u.Set&store.SpendFail != 0 {
-		for i, c := range failClasses {
-			if c.class == u.FailClass {
-				fc = i + 1
-			}
-		}
-		if fc == 0 {
-			return false, errors.New("task update spends a failure of no known class: " + u.FailClass)
-		}
-	}
-	slot := &taskUpdateSQL[int(u.Set&store.TaskFieldsAll)*(len(failClasses)+1)+fc]
-	q := slot.Load()
-	if q == nil {
-		s := taskUpdateText(u.Set, fc)
-		slot.Store(&s)
-		q = &s
+	q, err := taskUpdateSQL.For(u, taskUpdateText)
+	if err != nil {
+		return false, err
 	}
 	args := make([]any, 0, 14)
 	args = append(args, u.ID, u.From, u.To, u.At)
@@ -239,7 +219,7 @@ func (tx *Tx) TaskUpdate(ctx context.Context, u store.TaskUpdate) (bool, error) 
 			args = c.args(u, args)
 		}
 	}
-	tag, err := tx.ptx.Exec(tx.ctx, *q, args...)
+	tag, err := tx.ptx.Exec(tx.ctx, q, args...)
 	if err != nil {
 		return false, err
 	}
@@ -287,7 +267,7 @@ func taskUpdateText(f store.TaskFields, fc int) string {
 		b.WriteString(", " + set)
 	}
 	if fc > 0 {
-		col := failClasses[fc-1].col
+		col := store.FailColumns[fc-1].Col
 		b.WriteString(", " + col + " = " + col + " + 1")
 	}
 	b.WriteString(` WHERE id = $1 AND state = $2`)
