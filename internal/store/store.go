@@ -96,6 +96,7 @@ type Reader interface {
 	IntakeReader
 	ViewReader
 	UpkeepReader
+	InteractReader
 }
 
 // Tx is a write transaction: every read, every write, and savepoints.
@@ -108,6 +109,7 @@ type Tx interface {
 	IntakeWriter
 	ViewWriter
 	UpkeepWriter
+	InteractWriter
 
 	// Savepoint opens a savepoint; RollbackTo undoes the writes since it
 	// (it stays open); Release closes it and those opened after it,

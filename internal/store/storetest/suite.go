@@ -56,6 +56,10 @@ var tests = []contractTest{
 	{"RunReads", testRunReads},
 	{"FixtureRunAdd", testFixtureRunAdd},
 	{"RunOutput", testRunOutput},
+	// Runs that talk back (interact.go).
+	{"Asks", testAsks},
+	{"Messages", testMessages},
+	{"RunProgress", testRunProgress},
 	// Migrations (Schema).
 	{"MigrateNew", testMigrateNew},
 	{"MigrateOlder", testMigrateOlder},
