@@ -22,6 +22,7 @@ func (f *specFlags) registerEdit(fs *pflag.FlagSet, unset *[]string) {
 	fs.IntVar(&f.retries, "retries", 0, "retries after a non-zero exit")
 	fs.StringArrayVar(&f.env, "env", nil, "K=V to set, or K to copy from here (repeatable; other variables are kept)")
 	fs.StringVar(&f.cwd, "cwd", "", "working folder")
+	fs.BoolVar(&f.probe, "probe", false, "make it a probe (--probe=false: no longer one)")
 	fs.StringVar(&f.key, "key", "", "refused: a task's key lane cannot change")
 	fs.BoolVar(&f.unique, "unique", false, "refused: a task's key lane cannot change")
 	_ = fs.MarkHidden("key")
@@ -71,6 +72,9 @@ func overrideSpec(fs *pflag.FlagSet, f *specFlags, unset []string, argv []string
 	if fs.Changed("hold") {
 		sp.Hold = raw.Hold
 	}
+	if fs.Changed("probe") {
+		sp.Probe = raw.Probe
+	}
 	for k, v := range raw.Env {
 		if sp.Env == nil {
 			sp.Env = map[string]string{}
@@ -90,7 +94,7 @@ func newTaskSetCmd(app *App) *cobra.Command {
 	var f specFlags
 	var unset []string
 	cmd := &cobra.Command{
-		Use:   "set ID [--priority P] [--queue Q] [--timeout D] [--retries N] [--env K=V] [--unset-env K] [--cwd DIR] [--shell S | -- CMD ARGS…]",
+		Use:   "set ID [--priority P] [--queue Q] [--timeout D] [--retries N] [--env K=V] [--unset-env K] [--cwd DIR] [--probe] [--shell S | -- CMD ARGS…]",
 		Short: "Change a task no worker holds yet (inbox, todo or blocked)",
 		Long: `Changes the spec of an inbox, todo or blocked task in one step, recorded
 as a task.changed event naming what changed. A task that is doing or has
@@ -109,7 +113,7 @@ as changed.`,
 				return usageErr("cannot change the key: a task's place in its key lane is fixed (cq clone ID --key K makes a new task)")
 			}
 			if !settingGiven(fs) && argv == nil {
-				return usageErr("task set: nothing to change (give --priority, --queue, --timeout, --retries, --env, --unset-env, --cwd, or a command)")
+				return usageErr("task set: nothing to change (give --priority, --queue, --timeout, --retries, --env, --unset-env, --cwd, --probe, or a command)")
 			}
 			// The flags are checked before the store is opened: bad
 			// input is refused whatever the task.
@@ -155,7 +159,8 @@ it, as for cq enqueue, and a command after -- replaces its command.
 --env sets variables over the copied ones, --unset-env removes one.
 The source's --after is not copied (give --after again to wait for a
 task); its key, queue, priority, timeout, retries, environment, folder,
-hold and schedule are (a --delay counts from the clone's creation).
+hold, probe mark and schedule are (a --delay counts from the clone's
+creation; --probe=false clones a probe as an ordinary task).
 Prints the new ids, one per line; --id names the new task when one
 task is cloned.`,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -24,7 +24,7 @@ type specFlags struct {
 	id, shell, intent, payload, queue, key, priority string
 	timeout, delay, at, cwd                          string
 	after, env                                       []string
-	unique, okIfActive, hold                         bool
+	unique, okIfActive, hold, probe                  bool
 	retries                                          int
 }
 
@@ -46,6 +46,7 @@ func (f *specFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.env, "env", nil, "K=V to set, or K to copy from here (repeatable)")
 	fs.StringVar(&f.cwd, "cwd", "", "working folder (default: the current one)")
 	fs.BoolVar(&f.hold, "hold", false, "hold the task until cq release")
+	fs.BoolVar(&f.probe, "probe", false, "a probe: its failures are expected, never retried, and left out of cq health")
 }
 
 // given reports whether any spec flag was set on the command line.
@@ -66,6 +67,7 @@ func (f *specFlags) spec(fs *pflag.FlagSet, argv []string) (queue.Spec, error) {
 	sp := queue.Spec{
 		ID: f.id, Shell: f.shell, Intent: f.intent, Queue: f.queue, Key: f.key, Unique: f.unique,
 		Priority: f.priority, After: f.after, Timeout: f.timeout, Delay: f.delay, At: f.at, Hold: f.hold,
+		Probe: f.probe,
 	}
 	if argv != nil {
 		sp.Cmd = argv

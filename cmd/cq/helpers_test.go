@@ -597,6 +597,7 @@ func (e *cqEnv) events() []cqEvent {
 // cqEvent is one line of cq events.
 type cqEvent struct {
 	Seq    int64           `json:"seq"`
+	At     string          `json:"at"`
 	Kind   string          `json:"kind"`
 	TaskID *string         `json:"task_id"`
 	RunID  *string         `json:"run_id"`

@@ -107,6 +107,12 @@ func taskRow(t *queue.Task) []string {
 	if reason == "" && (t.State == queue.TaskCancelled || t.State == queue.TaskFailed) {
 		reason = deref(t.Reason)
 	}
+	switch {
+	case t.Question != nil:
+		reason = "asking: " + t.Question.Question
+	case t.Progress != nil:
+		reason = progressText(t.Progress)
+	}
 	return []string{t.ID, t.State, t.Queue, deref(t.Key), t.Priority, strconv.Itoa(t.Attempts),
 		reason, t.CreatedAt, t.Command()}
 }

@@ -43,10 +43,18 @@ var commands = map[string]func(*App) *cobra.Command{
 	"logs":      newLogsCmd,
 	"health":    newHealthCmd,
 	"cleanup":   newCleanupCmd,
+	"state":     newStateCmd,
+	"ask":       newAskCmd,
+	"answer":    newAnswerCmd,
+	"asks":      newAsksCmd,
+	"send":      newSendCmd,
+	"recv":      newRecvCmd,
+	"progress":  newProgressCmd,
 }
 
 var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "clone", "hold", "release", "queue",
-	"events", "heartbeat", "worker", "workers", "wait", "logs", "health", "cleanup"}
+	"events", "heartbeat", "worker", "workers", "wait", "logs", "health", "cleanup", "state",
+	"ask", "answer", "asks", "send", "recv", "progress"}
 
 // commandWord is the command a command line names: its first word that is
 // neither a global flag nor a global flag's value; "" when it cannot tell

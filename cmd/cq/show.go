@@ -54,10 +54,18 @@ func newShowCmd(app *App) *cobra.Command {
 				{"id", t.ID}, {"state", t.State}, {"queue", t.Queue}, {"key", opt(t.Key)},
 				{"priority", t.Priority}, {"attempts", strconv.Itoa(t.Attempts)},
 				{"blocked_reason", opt(t.BlockedReason)}, {"not_before", opt(t.NotBefore)},
-				{"after", after}, {"hold", strconv.FormatBool(t.Hold)},
+				{"after", after}, {"hold", strconv.FormatBool(t.Hold)}, {"probe", strconv.FormatBool(t.Probe)},
 				{"command", t.Command()}, {"cwd", opt(t.Cwd)}, {"created_at", t.CreatedAt},
 				{"updated_at", t.UpdatedAt}, {"finished_at", opt(t.FinishedAt)}, {"reason", opt(t.Reason)},
 			}
+			question, progress := "-", "-"
+			if t.Question != nil {
+				question = t.Question.Question
+			}
+			if t.Progress != nil {
+				progress = progressText(t.Progress)
+			}
+			rows = append(rows, []string{"question", question}, []string{"progress", progress})
 			if err := app.writeTable([]string{"FIELD", "VALUE"}, rows); err != nil {
 				return err
 			}
@@ -129,9 +137,44 @@ func (a *App) showForTerminal(t *queue.Task) error {
 	if t.Hold {
 		add("hold", "yes")
 	}
+	if t.Probe {
+		add("probe", "yes: failures are expected, never retried, not counted by cq health")
+	}
 	addOpt("key", t.Key)
 	if len(t.After) > 0 {
 		add("after", strings.Join(t.After, " "))
+	}
+	if q := t.Question; q != nil {
+		v := q.Question + "\n(waiting for cq answer since " + when(q.AskedAt)
+		if q.ExpiresAt != nil {
+			v += ", denied at " + when(*q.ExpiresAt)
+		}
+		add("question", v+")")
+	}
+	if t.Progress != nil {
+		add("progress", progressText(t.Progress)+" ("+when(t.Progress.At)+")")
+	}
+	if n := len(t.Questions); n > 0 && (n > 1 || t.Question == nil) {
+		var qs []string
+		for _, q := range t.Questions {
+			line := q.State + ": " + q.Question
+			if q.Reason != nil {
+				line += " (" + *q.Reason + ")"
+			}
+			qs = append(qs, line)
+		}
+		add("questions", strings.Join(qs, "\n"))
+	}
+	if len(t.Messages) > 0 {
+		var ms []string
+		for _, m := range t.Messages {
+			state := "pending"
+			if m.ReceivedAt != nil {
+				state = "received"
+			}
+			ms = append(ms, state+": "+m.Body)
+		}
+		add("messages", strings.Join(ms, "\n"))
 	}
 	addOpt("blocked_reason", t.BlockedReason)
 	addOpt("reason", t.Reason)

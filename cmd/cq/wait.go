@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -16,21 +17,35 @@ const waitPoll = 100 * time.Millisecond
 
 func newWaitCmd(app *App) *cobra.Command {
 	var timeout, queueName string
-	var all bool
+	var all, active bool
 	cmd := &cobra.Command{
-		Use:   "wait ID… | wait --queue Q | wait --all",
+		Use:   "wait ID… | wait --queue Q | wait --all | wait --active [--queue Q]",
 		Short: "Block until every task is done, failed or cancelled",
 		Long: `--queue Q or --all instead of ids: every task of that queue (or of the
 store) not yet done, failed or cancelled when cq wait starts; none is no
 error (exit 0 at once). With stderr on a terminal, one line rewritten in
 place counts the tasks done, failed, running and waiting.
 
-Exit codes: 0 all done; 1 any ended failed or cancelled (named on stderr);
-124 the --timeout came first (the tasks not yet ended named on stderr); 4 an
+--active (with --queue Q: of that queue) waits only for the runs live
+(queued, running or cancelling) when cq wait starts, whatever their end,
+never for a run that starts later, a retry of the same task included: a
+deploy script's drain. None is no error (exit 0 at once).
+
+Exit codes: 0 all done (--active: all ended); 1 any ended failed or
+cancelled (named on stderr); 124 the --timeout came first (the tasks not
+yet ended, or with --active the runs still live, named on stderr); 4 an
 unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			byQueue := cmd.Flags().Changed("queue")
 			switch {
+			case active && all:
+				return usageErr("give --active or --all, not both")
+			case active && len(args) > 0:
+				return usageErr("give task ids or --active, not both")
+			case active && byQueue && queueName == "":
+				return usageErr("--queue is empty (name a queue, or leave it out for every queue)")
+			case active:
+				return nil
 			case byQueue && all:
 				return usageErr("give --queue or --all, not both")
 			case (byQueue || all) && len(args) > 0:
@@ -51,6 +66,9 @@ unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 			st, err := app.ReadStore(ctx)
 			if err != nil {
 				return err
+			}
+			if active {
+				return app.waitActive(ctx, st, queueName, deadline)
 			}
 			var ids []string
 			if len(args) > 0 {
@@ -152,8 +170,9 @@ unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 		},
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "give up after this long (exit 124)")
-	cmd.Flags().StringVar(&queueName, "queue", "", "wait for every task of this queue not yet ended")
+	cmd.Flags().StringVar(&queueName, "queue", "", "wait for every task of this queue not yet ended (with --active: its live runs)")
 	cmd.Flags().BoolVar(&all, "all", false, "wait for every task in the store not yet ended")
+	cmd.Flags().BoolVar(&active, "active", false, "wait only for the runs live now (of --queue Q), whatever their end")
 	return cmd
 }
 
@@ -241,7 +260,13 @@ func clockText(d time.Duration) string {
 	return fmt.Sprintf("%d:%02d", secs/60, secs%60)
 }
 
-func (l *waitLine) draw(c waitTally) {
+// lineText is what a waitLine shows: counts, rendered with the time
+// elapsed.
+type lineText interface {
+	text(elapsed time.Duration) string
+}
+
+func (l *waitLine) draw(c lineText) {
 	if l == nil {
 		return
 	}
@@ -265,7 +290,7 @@ func (l *waitLine) draw(c waitTally) {
 
 // finish draws the final counts and ends the line, so that what follows
 // (errors, the shell's prompt) starts on a line of its own.
-func (l *waitLine) finish(c waitTally) {
+func (l *waitLine) finish(c lineText) {
 	if l == nil {
 		return
 	}
@@ -388,4 +413,135 @@ func (w *waiter) read(ids []string) error {
 		}
 	}
 	return nil
+}
+
+// waitActive is cq wait --active: it waits until every run live when it
+// starts (of queue name, "" for all) has ended, however it ended, and
+// never for a run that starts later (a retry of the same task
+// included). 124 at the deadline names the runs still live.
+func (a *App) waitActive(ctx context.Context, st *queue.Store, name string, deadline <-chan time.Time) error {
+	// The set is fixed now, read in one snapshot.
+	runs, err := st.ActiveRuns(ctx, name)
+	if err != nil || len(runs) == 0 {
+		return err
+	}
+	w := &activeWaiter{runs: runs, states: func(ids []string) (map[string]string, error) { return st.RunStates(ctx, ids) }}
+	var line *waitLine
+	if a.stderrIsTerminal() {
+		line = &waitLine{w: a.Stderr, start: time.Now()}
+	}
+	tick := time.NewTicker(waitPoll)
+	defer tick.Stop()
+	// While no one commits to the store, nothing is read again.
+	changed, stopWatch, err := st.Backend().ChangeWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	for {
+		if ch, err := changed(); err != nil || ch {
+			err := w.look()
+			if err != nil && ctx.Err() != nil {
+				line.finish(w)
+				return silentExit(exitInterrupted)
+			}
+			if err != nil {
+				line.finish(w)
+				return err
+			}
+			if w.left() == 0 {
+				line.finish(w)
+				return nil
+			}
+		}
+		line.draw(w)
+		select {
+		case <-ctx.Done():
+			line.finish(w)
+			return silentExit(exitInterrupted)
+		case <-deadline:
+			// One last look, so the runs named are those still live at
+			// the deadline.
+			err := w.look()
+			line.finish(w)
+			if err != nil {
+				return err
+			}
+			if w.left() == 0 {
+				return nil
+			}
+			w.namePending(a.Stderr)
+			return silentExit(exitTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// activeWaiter is one cq wait --active's view of the runs it waits for.
+type activeWaiter struct {
+	runs   []queue.ActiveRun
+	states func(ids []string) (map[string]string, error)
+	ended  map[string]bool   // by run id
+	seen   map[string]string // a live run's state, as last read
+}
+
+// look reads the runs not yet seen ended. A run no longer stored was
+// deleted with its task by cq cleanup, which deletes only ended tasks:
+// it ended.
+func (w *activeWaiter) look() error {
+	if w.ended == nil {
+		w.ended, w.seen = map[string]bool{}, map[string]string{}
+	}
+	var ids []string
+	for _, r := range w.runs {
+		if !w.ended[r.RunID] {
+			ids = append(ids, r.RunID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	got, err := w.states(ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		s, ok := got[id]
+		if !ok || queue.RunTerminal(s) {
+			w.ended[id] = true
+			continue
+		}
+		w.seen[id] = s
+	}
+	return nil
+}
+
+// left is how many runs have not been seen ended.
+func (w *activeWaiter) left() int {
+	return len(w.runs) - len(w.ended)
+}
+
+// text renders the counts for the live line, e.g. "2/5 ended · 3 active · 0:42".
+func (w *activeWaiter) text(elapsed time.Duration) string {
+	return fmt.Sprintf("%d/%d ended · %d active · %s", len(w.ended), len(w.runs), w.left(), clockText(elapsed))
+}
+
+// namePending writes one line per run not yet ended, as last seen.
+func (w *activeWaiter) namePending(out io.Writer) {
+	n := 0
+	for _, r := range w.runs {
+		if w.ended[r.RunID] {
+			continue
+		}
+		if n == maxNamed {
+			fmt.Fprintf(out, "cq: timed out; %d more runs not ended\n", w.left()-maxNamed)
+			return
+		}
+		n++
+		state := w.seen[r.RunID]
+		if state == "" {
+			state = r.State
+		}
+		fmt.Fprintf(out, "cq: timed out; task %s is still active (run %s %s)\n", r.TaskID, r.RunID, state)
+	}
 }

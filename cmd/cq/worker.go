@@ -82,8 +82,12 @@ func newWorkerCmd(app *App) *cobra.Command {
 			opt.Home = home
 			if sqlite.DBOf(st.Backend()) != nil {
 				opt.DBPath = st.Backend().Addr() // watched for writes
+				if app.dbURL() != "" {
+					opt.DB, _ = filepath.Abs(opt.DBPath)
+				}
 			} else {
 				opt.KeepOutput = true // for cq logs on the other hosts
+				opt.DB = app.dbURL()
 			}
 			if opt.Handlers == "" {
 				opt.Handlers = app.Getenv("CQ_HANDLERS")

@@ -335,3 +335,196 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("task after stop: %s", out)
 	}
 }
+
+// exampleCmd prepares an example script run on home with the built cq,
+// in a process group of its own (killGroup stops it with its children).
+func exampleCmd(home, name string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command("./"+name, args...)
+	cmd.Env = append(os.Environ(), "CQ_HOME="+home, "CQ="+cqBin)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// killGroup stops cmd's process group with sig and waits for cmd.
+func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	_ = cmd.Wait()
+}
+
+// lockedBuffer is a buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor polls cond every 20ms until it holds, failing the test with
+// what it last described after 30s.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s; last seen: %s", what, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStateFollow(t *testing.T) {
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Skip("state-follow.sh needs jq")
+	}
+	t.Parallel()
+	home := filepath.Join(t.TempDir(), "home")
+	cqAt(t, home, "enqueue", "--id", "a", "--", "true")
+	cqAt(t, home, "enqueue", "--id", "b", "--hold", "--", "true")
+	cqAt(t, home, "enqueue", "--id", "c", "--", "true")
+	cqAt(t, home, "cancel", "c")
+
+	// Following: the snapshot's tasks (not ended, oldest first), then
+	// each change of a task's state, once.
+	cmd := exampleCmd(home, "state-follow.sh", nil)
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer killGroup(cmd, syscall.SIGKILL)
+	lines := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			s := out.String()
+			return strings.Count(s, "\n") >= n, fmt.Sprintf("%q, stderr %q", s, errb.String())
+		}
+	}
+	waitFor(t, "the snapshot's lines", lines(2))
+	cqAt(t, home, "cancel", "a")
+	cqAt(t, home, "release", "b")
+	cqAt(t, home, "hold", "b")
+	cqAt(t, home, "hold", "b") // held already: no change of state
+	cqAt(t, home, "task", "set", "b", "--priority", "P0")
+	cqAt(t, home, "enqueue", "--id", "d", "--", "true")
+	waitFor(t, "the changes", lines(7))
+	want := "a\ttodo\nb\tblocked\na\tcancelled\nb\ttodo\nb\tblocked\nd\tinbox\nd\ttodo\n"
+	if got := out.String(); got != want {
+		t.Fatalf("state-follow.sh printed %q, want %q (stderr %q)", got, want, errb.String())
+	}
+	killGroup(cmd, syscall.SIGTERM)
+	if errb.String() != "" {
+		t.Errorf("stderr %q", errb.String())
+	}
+
+	// One pass (SYNC_FOLLOW=0), every task: the snapshot alone, as
+	// nothing changed since.
+	one := exampleCmd(home, "state-follow.sh", []string{"SYNC_FOLLOW=0"}, "--all")
+	got, err := one.CombinedOutput()
+	if err != nil || string(got) != "a\tcancelled\nb\tblocked\nc\tcancelled\nd\ttodo\n" {
+		t.Fatalf("state-follow.sh --all, one pass: %v, printed %q", err, got)
+	}
+}
+
+func TestDrainDeploy(t *testing.T) {
+	t.Parallel()
+	home := filepath.Join(t.TempDir(), "home")
+	work := t.TempDir()
+	file := func(name string) string { return filepath.Join(work, name) }
+	there := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			_, err := os.Stat(file(name))
+			return err == nil, "no " + name
+		}
+	}
+	paused := func() bool {
+		var qs []struct {
+			Name   string
+			Paused bool
+		}
+		if err := json.Unmarshal([]byte(cqAt(t, home, "queue", "ls", "-o", "json")), &qs); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Name == "web" {
+				return q.Paused
+			}
+		}
+		return false
+	}
+	worker := exec.Command(cqBin, "worker", "--concurrency", "2", "--grace", "1s")
+	worker.Env = append(os.Environ(), "CQ_HOME="+home)
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = os.WriteFile(file("stop"), nil, 0o600)
+		_ = worker.Process.Signal(syscall.SIGTERM)
+		_ = worker.Wait()
+	}()
+	cqAt(t, home, "enqueue", "--id", "slow", "--queue", "web", "--cwd", work, "--shell",
+		"touch slow-started; while [ ! -e release ]; do sleep 0.05; done; touch slow-ended")
+	waitFor(t, "slow started", there("slow-started"))
+
+	// The drain waits for slow; the deploy step finds it ended.
+	deploy := exampleCmd(home, "drain-deploy.sh", nil, "web", "sh", "-c", `test -e "$1/slow-ended" && touch "$1/deployed"`, "sh", work)
+	var out lockedBuffer
+	deploy.Stdout, deploy.Stderr = &out, &out
+	if err := deploy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "queue web paused", func() (bool, string) { return paused(), "not paused" })
+	// Enqueued while the queue drains: it waits, and runs after the deploy.
+	next := cqAt(t, home, "enqueue", "--queue", "web", "--cwd", work, "--", "test", "-e", "deployed")
+	if st := cqAt(t, home, "show", next, "-o", "json"); !strings.Contains(st, `"state": "todo"`) {
+		t.Fatalf("a task enqueued into the paused queue: %s", st)
+	}
+	if err := os.WriteFile(file("release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.Wait(); err != nil {
+		t.Fatalf("drain-deploy.sh: %v\n%s", err, out.String())
+	}
+	if ok, _ := there("deployed")(); !ok || out.String() != "" {
+		t.Fatalf("drain-deploy.sh deployed nothing, or printed %q", out.String())
+	}
+	if paused() {
+		t.Fatal("queue web is still paused after the deploy")
+	}
+	cqAt(t, home, "wait", "--timeout", "30s", next) // exit 0: it ran after the deploy, and found it
+
+	// A run that does not end in time: 124, nothing deployed, the queue
+	// resumed all the same.
+	stuck := cqAt(t, home, "enqueue", "--queue", "web", "--cwd", work, "--shell",
+		"touch stuck-started; while [ ! -e stop ]; do sleep 0.05; done")
+	waitFor(t, "stuck started", there("stuck-started"))
+	late := exampleCmd(home, "drain-deploy.sh", []string{"DRAIN_TIMEOUT=1s"}, "web", "touch", file("deployed-late"))
+	got, err := late.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Fatalf("drain-deploy.sh with a run that does not end: %v, want exit 124\n%s", err, got)
+	}
+	if !strings.Contains(string(got), "task "+stuck+" is still active") || !strings.Contains(string(got), "nothing deployed") {
+		t.Errorf("drain-deploy.sh output %q: want the stuck task named, and nothing deployed", got)
+	}
+	if ok, _ := there("deployed-late")(); ok {
+		t.Error("drain-deploy.sh deployed although the queue did not drain")
+	}
+	if paused() {
+		t.Error("queue web is still paused after a drain that timed out")
+	}
+}

@@ -26,6 +26,7 @@ type Result struct {
 	Promoted     int    `json:"promoted"`
 	Cancelled    int    `json:"cancelled"`
 	Warned       int    `json:"warned"`
+	Progress     int    `json:"progress_events"`
 	Summaries    int    `json:"summaries_written"`
 	Health       string `json:"health"`
 }
@@ -153,6 +154,10 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 		if err := pause(ctx, time.Since(began)); err != nil {
 			return r, err
 		}
+	}
+	// Rate-limited progress reports left without their event get it.
+	if r.Progress, err = st.FlushProgress(ctx, 1000); err != nil {
+		return r, err
 	}
 	if err := st.SetSystemState(ctx, map[string]string{"last_heartbeat": queue.FormatTime(st.Now())}); err != nil {
 		return r, err

@@ -152,7 +152,8 @@ func claimAll(ctx context.Context, tx store.Tx, ln leaseNow, p ClaimParams, qs [
 			c.Timeout = time.Duration(claimQueue(qs, h.Queue).TimeoutMS) * time.Millisecond
 		}
 		out[i] = c
-		runs[i] = store.ClaimRun{TaskID: c.TaskID, RunID: c.RunID, Token: c.Token, Queue: c.Queue, Attempt: c.Attempt}
+		runs[i] = store.ClaimRun{TaskID: c.TaskID, RunID: c.RunID, Token: c.Token, Queue: c.Queue, Attempt: c.Attempt,
+			Probe: c.Spec.Probe}
 	}
 	if err := tx.ClaimTasks(ctx, store.Claim{At: FormatTime(now), Worker: p.Worker, Host: p.Host,
 		Lease: ln.grant(p.Lease), ClaimedNS: ln.claimedAt(), Runs: runs}); err != nil {

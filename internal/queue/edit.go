@@ -144,6 +144,7 @@ func specDiff(a, b Spec) map[string]any {
 	}
 	val("retries", ar, br)
 	val("cwd", opt(a.Cwd), opt(b.Cwd))
+	val("probe", a.Probe, b.Probe)
 	set, unset := []string{}, []string{}
 	for k, v := range b.Env {
 		if old, ok := a.Env[k]; !ok || old != v {

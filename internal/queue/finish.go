@@ -297,6 +297,13 @@ func endRun(ctx context.Context, tx store.Tx, now time.Time, r *runRow, o Outcom
 	case wasCancelling || o.State == RunCancelled:
 		return TaskCancelled, cancelTask(ctx, tx, now, t, "cancelled by user")
 	}
+	why := describe(o)
+	if r.Probe {
+		// A probe's failures are expected: whatever its class, it is
+		// never retried and spends no budget (docs/semantics.md,
+		// Probes).
+		return TaskFailed, finishTask(ctx, tx, now, t, TaskFailed, why)
+	}
 	// failed or timeout: spend the class budget.
 	class := o.Class
 	if o.State == RunTimeout && class == "" {
@@ -323,7 +330,6 @@ func endRun(ctx context.Context, tx store.Tx, now time.Time, r *runRow, o Outcom
 	case ClassTimeout:
 		budget, spent, spend = q.TimeoutRetries, t.FailsTimeout, true
 	}
-	why := describe(o)
 	if spend && spent < budget {
 		nb := now.Add(Backoff(class, spent+1, time.Duration(q.BackoffMS)*time.Millisecond))
 		err := casTask(ctx, tx, now, t, TaskBlocked, "", "retry after "+why, store.TaskUpdate{

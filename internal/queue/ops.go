@@ -130,7 +130,11 @@ func cancelDoing(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, re
 	case RunCancelling:
 		return nil
 	case RunRunning:
-		return casRun(ctx, tx, now, runID, t.ID, RunRunning, RunCancelling, reason, "")
+		if err := casRun(ctx, tx, now, runID, t.ID, RunRunning, RunCancelling, reason, ""); err != nil {
+			return err
+		}
+		// A question the run waits on is denied now, not left to the kill.
+		return denyOpen(ctx, tx, now, []string{runID}, DenyCancelled, nil)
 	default: // queued
 		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, FormatTime(now)); err != nil {
 			return err

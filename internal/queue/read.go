@@ -28,6 +28,7 @@ type Task struct {
 	Reason        *string           `json:"reason"`
 	Hold          bool              `json:"hold"`
 	Unique        bool              `json:"unique"`
+	Probe         bool              `json:"probe"`
 	Cmd           []string          `json:"cmd,omitempty"`
 	Shell         string            `json:"shell,omitempty"`
 	Intent        string            `json:"intent,omitempty"`
@@ -36,7 +37,13 @@ type Task struct {
 	Retries       *int              `json:"retries"`
 	Env           map[string]string `json:"env,omitempty"`
 	Cwd           *string           `json:"cwd"`
-	Runs          *[]Run            `json:"runs,omitempty"`
+	// Progress and Question are a doing task's live run's latest
+	// progress and open question (docs/interactive.md).
+	Progress  *Progress  `json:"progress"`
+	Question  *Question  `json:"question"`
+	Runs      *[]Run     `json:"runs,omitempty"`
+	Questions []Question `json:"questions,omitempty"` // cq show: every question of its runs
+	Messages  []Message  `json:"messages,omitempty"`  // cq show: every message sent to it
 }
 
 // Run is one attempt as cq prints it.
@@ -53,6 +60,8 @@ type Run struct {
 	Error     *string `json:"error"`
 	Reason    *string `json:"reason"`
 	CreatedAt string  `json:"created_at"`
+	// Progress is the run's latest progress report (cq show).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // Command renders the task's command for a table.
@@ -96,7 +105,7 @@ func taskView(r *taskRow) *Task {
 		ID: r.ID, State: r.State, Queue: r.Queue, Key: strp(r.Key), Priority: PriorityName(r.Priority),
 		Attempts: r.Attempts, BlockedReason: strp(r.BlockedReason), After: []string{},
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: strp(r.FinishedAt), Reason: strp(r.Reason),
-		Hold: r.Hold, Unique: r.Unique, Cmd: sp.Cmd, Shell: sp.Shell, Intent: sp.Intent, Payload: sp.Payload,
+		Hold: r.Hold, Unique: r.Unique, Probe: sp.Probe, Cmd: sp.Cmd, Shell: sp.Shell, Intent: sp.Intent, Payload: sp.Payload,
 		Timeout: strp(sp.Timeout), Retries: sp.Retries, Env: sp.Env, Cwd: strp(sp.Cwd),
 	}
 	if r.State == TaskBlocked || r.State == TaskInbox {
@@ -144,9 +153,23 @@ func (s *Store) ListEach(ctx context.Context, f ListFilter, fn func(*Task) error
 	chunk := make([]*Task, 0, n)
 	ids := make([]string, 0, n)
 	byID := make(map[string]*Task, n)
+	var live *liveInteraction
 	flush := func() error {
 		if err := s.fillAfter(ctx, ids, byID); err != nil {
 			return err
+		}
+		for _, t := range chunk {
+			if t.State != TaskDoing {
+				continue
+			}
+			if live == nil {
+				li, err := readLiveInteraction(ctx, s.st)
+				if err != nil {
+					return err
+				}
+				live = &li
+			}
+			live.fill(t)
 		}
 		for _, t := range chunk {
 			if err := fn(t); err != nil {
@@ -213,7 +236,41 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 		return nil, err
 	}
 	t.Runs = &runs
+	if err := s.fillInteraction(ctx, t, runs); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// fillInteraction sets what cq show prints of t's runs talking back: each
+// run's progress, the live run's open question, every question and
+// message.
+func (s *Store) fillInteraction(ctx context.Context, t *Task, runs []Run) error {
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	ps, err := s.RunProgress(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range runs {
+		runs[i].Progress = ps[runs[i].ID]
+		if runs[i].EndedAt == nil && t.State == TaskDoing {
+			t.Progress = runs[i].Progress
+		}
+	}
+	if t.Questions, err = s.Questions(ctx, t.ID, runs); err != nil {
+		return err
+	}
+	for i := range t.Questions {
+		if q := &t.Questions[i]; q.State == AskOpen && t.State == TaskDoing {
+			t.Question = q
+			break
+		}
+	}
+	t.Messages, err = s.Messages(ctx, t.ID)
+	return err
 }
 
 // TaskStatus is a task's state and reason, what cq wait watches.
@@ -306,7 +363,11 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 func (s *Store) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
 	var out []Event
 	err := s.st.EventListOfTask(ctx, taskID, func(r *store.EventRecord) {
-		out = append(out, eventOf(r))
+		e := eventOf(r)
+		if r.Data != "" {
+			e.Data = json.RawMessage(r.Data)
+		}
+		out = append(out, e)
 	})
 	if err != nil {
 		return nil, err

@@ -38,6 +38,9 @@ type Spec struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Cwd      string            `json:"cwd,omitempty"`
 	Hold     bool              `json:"hold,omitempty"`
+	// Probe marks a task whose failures are expected (seed 004's probe
+	// lanes): never retried, left out of cq health's run figures.
+	Probe bool `json:"probe,omitempty"`
 }
 
 var (
@@ -137,6 +140,7 @@ var specFields = map[string]bool{
 	"id": true, "cmd": true, "shell": true, "intent": true, "payload": true, "queue": true,
 	"key": true, "unique": true, "priority": true, "after": true, "timeout": true,
 	"retries": true, "delay": true, "at": true, "env": true, "cwd": true, "hold": true,
+	"probe": true,
 }
 
 // checkSpecKeys walks the top-level names of obj, a JSON object the
@@ -436,6 +440,9 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if n.Retries != nil && *n.Retries < 0 {
 		return n, invalidf("--retries must be 0 or more")
+	}
+	if n.Probe && n.Retries != nil && *n.Retries > 0 {
+		return n, invalidf("--probe cannot take --retries %d: a probe's failures are never retried", *n.Retries)
 	}
 	if n.Delay != "" && n.At != "" {
 		return n, invalidf("give only one of --delay and --at")

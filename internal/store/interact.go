@@ -67,6 +67,9 @@ type InteractReader interface {
 	// RunProgressOfRuns calls fn with the progress of each run of ids that
 	// reported some, in no particular order.
 	RunProgressOfRuns(ctx context.Context, ids []string, fn func(p *RunProgress)) error
+	// RunProgressLive calls fn with the progress of each live run
+	// (queued, running or cancelling) that reported some.
+	RunProgressLive(ctx context.Context, fn func(p *RunProgress)) error
 	// RunProgressPendingList lists up to limit progress rows still
 	// waiting for their event (Pending) whose last event was at or before
 	// before (or never written), in no particular order.

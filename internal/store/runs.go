@@ -11,6 +11,9 @@ type Run struct {
 	// for a run judged on the wall clock).
 	BootID     string
 	LeaseUntil int64
+	// Probe: the run is of a probe task (its claim's ClaimRun.Probe),
+	// whose failures are never retried.
+	Probe bool
 }
 
 // A run is live while it is queued, running or cancelling; it ends
@@ -71,6 +74,10 @@ type ClaimHead struct {
 type ClaimRun struct {
 	TaskID, RunID, Token, Queue string
 	Attempt                     int
+	// Probe marks the run as a probe task's (runs.probe): the domain
+	// never retries its failures, and RunEndedCounts and
+	// RunEndedAvgSeconds leave it out.
+	Probe bool
 }
 
 // Claim is the tasks one worker claims at one instant.

@@ -176,11 +176,11 @@ type ViewReader interface {
 	// cancel (state cancelling).
 	RunCancellingIDs(ctx context.Context, worker string) ([]string, error)
 	// RunEndedCounts calls fn with each state of the runs that ended at
-	// or after since, and how many.
+	// or after since, and how many; probe runs (Run.Probe) are left out.
 	RunEndedCounts(ctx context.Context, since string, fn func(state string, n int)) error
 	// RunEndedAvgSeconds is the mean time, in seconds, from start to end
 	// of the runs that ended at or after since, those that never started
-	// aside; ok is false when there are none.
+	// and probe runs aside; ok is false when there are none.
 	RunEndedAvgSeconds(ctx context.Context, since string) (avg float64, ok bool, err error)
 
 	// EventList calls fn with up to limit events of seq above since, in

@@ -60,9 +60,7 @@ more:
 // ended cleans up after a run's process and works out its outcome; false
 // means nothing is to be written (the lease is lost).
 func (w *Worker) ended(r *run) (ending, bool) {
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.stopTimeout()
 	// Whatever the leader left behind in its group goes with it; a run
 	// that was killed also loses what escaped its group (setsid).
 	signalGroup(r.pgid, syscall.SIGKILL)

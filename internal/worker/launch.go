@@ -29,9 +29,7 @@ func (w *Worker) launch(claims []*queue.Claimed) {
 				w.spawnedC <- spawned{r: r, o: o}
 				return
 			}
-			if c.Timeout > 0 {
-				r.timer = time.AfterFunc(c.Timeout, func() { r.kill(killTimeout, w.opt.Grace) })
-			}
+			r.armTimeout(c.Timeout, w.opt.Grace, w.askedFor(r))
 			// The loop receives this before the exit below: it adopts
 			// every spawn waiting in spawnedC before it reads an exit.
 			w.spawnedC <- spawned{r: r}

@@ -79,6 +79,10 @@ func (w *Worker) record(ctx context.Context, ends []ending, claimN int) []*queue
 			if !e.r.started.IsZero() {
 				attrs = append(attrs, "duration_seconds", time.Since(e.r.started).Seconds())
 			}
+			if e.r.c.Spec.Probe {
+				// A probe's failure is expected: at Info, like any end.
+				attrs = append(attrs, "probe", true)
+			}
 			log.Info("run.finished", attrs...)
 		}
 		if f.Run != nil {

@@ -27,7 +27,6 @@ type run struct {
 	dir     string
 	started time.Time
 	endedAt time.Time // when wait returned (loop goroutine after exited)
-	timer   *time.Timer
 	// pidfd is the process's pidfd (-1 where the kernel has none); ws
 	// and waitErr are how it ended (waitErr: it could not be waited for).
 	pidfd   int
@@ -36,7 +35,11 @@ type run struct {
 	ws      syscall.WaitStatus
 	waitErr error
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// timer is the run's time limit; timerGen tells a firing of an
+	// older one (see armTimeout).
+	timer     *time.Timer
+	timerGen  int
 	killWhy   string
 	lost      bool
 	overdue   bool
@@ -128,13 +131,51 @@ func (r *run) kill(why string, grace time.Duration) bool {
 
 // setTimeout replaces the run's time limit (0: none), counted from its
 // start (loop goroutine, once the run is adopted).
-func (r *run) setTimeout(d, grace time.Duration) {
+func (r *run) setTimeout(d, grace time.Duration, asked func() time.Duration) {
+	r.c.Timeout = d
+	r.armTimeout(d, grace, asked)
+}
+
+// armTimeout arms the run's time limit d, counted from its start, less
+// the time its questions waited for an answer (asked, read when the limit
+// seems reached: docs/interactive.md); 0 disarms it.
+func (r *run) armTimeout(d, grace time.Duration, asked func() time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil
 	}
-	r.c.Timeout = d
-	if d > 0 {
-		r.timer = time.AfterFunc(max(d-time.Since(r.started), 0), func() { r.kill(killTimeout, grace) })
+	r.timerGen++
+	if d <= 0 {
+		return
 	}
+	gen := r.timerGen
+	var fire func()
+	fire = func() {
+		left := d - time.Since(r.started) + asked()
+		r.mu.Lock()
+		if r.timerGen != gen {
+			r.mu.Unlock()
+			return
+		}
+		if left > 0 {
+			r.timer = time.AfterFunc(left, fire)
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		r.kill(killTimeout, grace)
+	}
+	r.timer = time.AfterFunc(max(d-time.Since(r.started), 0), fire)
+}
+
+// stopTimeout disarms the run's time limit.
+func (r *run) stopTimeout() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.timerGen++
 }

@@ -21,7 +21,12 @@ import (
 func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	r := &run{c: c, dir: filepath.Join(w.opt.Home, "runs", c.RunID)}
 	fail := func(class, msg string) (*run, *queue.Outcome) {
-		w.log.Warn("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg)
+		if c.Spec.Probe {
+			// A probe's failures are expected: never logged as errors.
+			w.log.Info("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg, "probe", true)
+		} else {
+			w.log.Warn("run.spawn_failed", "task", c.TaskID, "run", c.RunID, "error", msg)
+		}
 		return r, &queue.Outcome{State: queue.RunFailed, Class: class, Error: msg}
 	}
 	// The worker's own want of resources is not the task's failure: the
@@ -82,6 +87,11 @@ func (w *Worker) spawn(c *queue.Claimed) (*run, *queue.Outcome) {
 	// (the last of duplicate keys wins): CQ_RUN_ID is how a lost run's
 	// processes are found and killed.
 	env = append(env, "CQ_TASK_ID="+c.TaskID, "CQ_RUN_ID="+c.RunID, "CQ_ATTEMPT="+strconv.Itoa(c.Attempt), "CQ_HOME="+w.opt.Home)
+	if w.opt.DB != "" {
+		// The run's own cq commands reach this store whatever the
+		// worker's environment said: CQ_DB_URLS would come first.
+		env = append(env, "CQ_DB_URLS=", "CQ_DB="+w.opt.DB)
+	}
 	var argv []string
 	stdin := os.DevNull
 	switch {

@@ -41,6 +41,9 @@ type Options struct {
 	// DBPath is the database file; its folder is watched for writes so an
 	// idle worker wakes at once when work arrives.
 	DBPath string
+	// DB is the store as its runs' cq commands (cq ask, cq progress…)
+	// must name it in CQ_DB: "" when it is their home's own.
+	DB string
 	// KeepOutput keeps the end of each run's output in the store as the
 	// run ends, for cq logs on other hosts (a store hosts share).
 	KeepOutput bool
@@ -567,7 +570,7 @@ func (w *Worker) applyQueueTimeouts(ctx context.Context) {
 	}
 	for _, r := range w.liveRuns() {
 		if d, ok := limits[r.c.Queue]; ok && r.c.Spec.Timeout == "" && d != r.c.Timeout {
-			r.setTimeout(d, w.opt.Grace)
+			r.setTimeout(d, w.opt.Grace, w.askedFor(r))
 			w.log.Info("run.timeout_changed", "task", r.c.TaskID, "run", r.c.RunID, "timeout", d.String())
 		}
 	}
@@ -682,6 +685,7 @@ func (w *Worker) stop() error {
 	w.stopping = true
 	w.flushStarts(ctx)
 	w.log.Info("worker.stopping", "worker", w.id, "running", w.live(), "grace", w.opt.Grace.String())
+	w.denyQuestions(ctx)
 	deadline := time.After(w.opt.Grace)
 	// A user's cancel is still noticed within a second while the runs
 	// have their grace.

@@ -67,6 +67,12 @@ func (r *reads) MessageListOfTask(ctx context.Context, taskID string) ([]store.M
 
 const progressColumns = `run_id, task_id, COALESCE(done, -1), COALESCE(total, -1), COALESCE(message, ''), at, COALESCE(event_at, ''), pending`
 
+// progressColumnsOf is progressColumns of table alias a.
+func progressColumnsOf(a string) string {
+	return a + `.run_id, ` + a + `.task_id, COALESCE(` + a + `.done, -1), COALESCE(` + a + `.total, -1), COALESCE(` + a + `.message, ''), ` +
+		a + `.at, COALESCE(` + a + `.event_at, ''), ` + a + `.pending`
+}
+
 func scanProgress(rows pgx.Rows, err error, fn func(p *store.RunProgress)) error {
 	if err != nil {
 		return err
@@ -96,6 +102,12 @@ func (r *reads) RunProgressOfRuns(ctx context.Context, ids []string, fn func(p *
 		return nil
 	}
 	rows, err := r.q.Query(r.cx(ctx), `SELECT `+progressColumns+` FROM run_progress WHERE run_id = ANY($1::text[])`, ids)
+	return scanProgress(rows, err, fn)
+}
+
+func (r *reads) RunProgressLive(ctx context.Context, fn func(p *store.RunProgress)) error {
+	rows, err := r.q.Query(r.cx(ctx), `SELECT `+progressColumnsOf("p")+` FROM runs r JOIN run_progress p ON p.run_id = r.id
+		WHERE r.state IN ('queued','running','cancelling')`)
 	return scanProgress(rows, err, fn)
 }
 

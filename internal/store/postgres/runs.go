@@ -18,12 +18,12 @@ import (
 // runCols are the columns scanRun reads.
 const runCols = `id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
 	COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0),
-	COALESCE(boot_id,''), COALESCE(lease_until_ns,0)`
+	COALESCE(boot_id,''), COALESCE(lease_until_ns,0), probe`
 
 // scanRun reads runCols into r, then more.
 func scanRun(sc pgx.Row, r *store.Run, more ...any) error {
 	return sc.Scan(append([]any{&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
-		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil}, more...)...)
+		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil, &r.Probe}, more...)...)
 }
 
 // runsLive is the condition of the partial index runs_live, word for word,

@@ -46,9 +46,10 @@ const (
 			WHERE id = ANY($2::text[]) AND state = 'todo' RETURNING 1),
 		ins AS (
 			INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token, lease_expires_at,
-				boot_id, claimed_ns, lease_until_ns, created_at)
-			SELECT r.id, r.task_id, r.attempt, 'queued', r.queue, $3, $4, r.token, $5, $6, $7, $8, $1
-			FROM unnest($2::text[], $9::text[], $10::int4[], $11::text[], $12::text[]) AS r(task_id, id, attempt, queue, token)
+				boot_id, claimed_ns, lease_until_ns, created_at, probe)
+			SELECT r.id, r.task_id, r.attempt, 'queued', r.queue, $3, $4, r.token, $5, $6, $7, $8, $1, r.probe
+			FROM unnest($2::text[], $9::text[], $10::int4[], $11::text[], $12::text[], $13::bool[])
+				AS r(task_id, id, attempt, queue, token, probe)
 			RETURNING 1)
 		SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ins)`
 )
@@ -110,14 +111,15 @@ func (tx *Tx) ClaimTasks(ctx context.Context, c store.Claim) error {
 		return nil
 	}
 	taskIDs, runIDs, queues, tokens := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attempts := make([]int32, n)
+	attempts, probes := make([]int32, n), make([]bool, n)
 	for i, r := range c.Runs {
 		taskIDs[i], runIDs[i], queues[i], tokens[i], attempts[i] = r.TaskID, r.RunID, r.Queue, r.Token, int32(r.Attempt)
+		probes[i] = r.Probe
 	}
 	bootID, until, claimed := leaseValues(c.Lease, c.ClaimedNS)
 	var moved, inserted int
 	err := tx.ptx.QueryRow(tx.ctx, sqlClaimTasks, c.At, taskIDs, nullable(c.Worker), nullable(c.Host), c.Lease.Expires,
-		bootID, claimed, until, runIDs, attempts, queues, tokens).Scan(&moved, &inserted)
+		bootID, claimed, until, runIDs, attempts, queues, tokens, probes).Scan(&moved, &inserted)
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func (r *reads) RunCancellingIDs(ctx context.Context, worker string) ([]string, 
 
 func (r *reads) RunEndedCounts(ctx context.Context, since string, fn func(state string, n int)) error {
 	return r.viewCounts(ctx, fn, `SELECT state, count(*) FROM runs WHERE ended_at IS NOT NULL AND ended_at >= $1
-		GROUP BY state`, since)
+		AND NOT probe GROUP BY state`, since)
 }
 
 // RunEndedAvgSeconds reads the stored times as timestamps: cq's format is
@@ -121,7 +121,7 @@ func (r *reads) RunEndedCounts(ctx context.Context, since string, fn func(state 
 func (r *reads) RunEndedAvgSeconds(ctx context.Context, since string) (float64, bool, error) {
 	var avg *float64
 	err := r.q.QueryRow(r.cx(ctx), `SELECT avg(extract(epoch FROM ended_at::timestamptz - started_at::timestamptz))::float8
-		FROM runs WHERE ended_at IS NOT NULL AND ended_at >= $1 AND started_at IS NOT NULL`, since).Scan(&avg)
+		FROM runs WHERE ended_at IS NOT NULL AND ended_at >= $1 AND started_at IS NOT NULL AND NOT probe`, since).Scan(&avg)
 	if err != nil || avg == nil {
 		return 0, false, err
 	}

@@ -71,6 +71,12 @@ func scanMessages(rows *sql.Rows, err error) ([]store.Message, error) {
 
 const progressColumns = `run_id, task_id, COALESCE(done, -1), COALESCE(total, -1), COALESCE(message, ''), at, COALESCE(event_at, ''), pending`
 
+// progressColumnsOf is progressColumns of table alias a.
+func progressColumnsOf(a string) string {
+	return a + `.run_id, ` + a + `.task_id, COALESCE(` + a + `.done, -1), COALESCE(` + a + `.total, -1), COALESCE(` + a + `.message, ''), ` +
+		a + `.at, COALESCE(` + a + `.event_at, ''), ` + a + `.pending`
+}
+
 func scanProgress(rows *sql.Rows, err error, fn func(p *store.RunProgress)) error {
 	if err != nil {
 		return err
@@ -110,6 +116,12 @@ func (r reads) RunProgressOfRuns(ctx context.Context, ids []string, fn func(p *s
 		ids = ids[n:]
 	}
 	return nil
+}
+
+func (r reads) RunProgressLive(ctx context.Context, fn func(p *store.RunProgress)) error {
+	rows, err := r.q.QueryContext(ctx, `SELECT `+progressColumnsOf("p")+` FROM runs r JOIN run_progress p ON p.run_id = r.id
+		WHERE r.state IN ('queued','running','cancelling')`)
+	return scanProgress(rows, err, fn)
 }
 
 func (r reads) RunProgressPendingList(ctx context.Context, before string, limit int) ([]store.RunProgress, error) {

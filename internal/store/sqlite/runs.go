@@ -19,12 +19,12 @@ import (
 // RunCols are the columns ScanRun reads.
 const RunCols = `id, task_id, state, queue, COALESCE(lease_token,''), COALESCE(host,''),
 	COALESCE(lease_expires_at,''), created_at, COALESCE(started_at,''), attempt, COALESCE(pgid,0),
-	COALESCE(boot_id,''), COALESCE(lease_until_ns,0)`
+	COALESCE(boot_id,''), COALESCE(lease_until_ns,0), probe`
 
 // ScanRun reads RunCols into r, then more.
 func ScanRun(sc interface{ Scan(...any) error }, r *store.Run, more ...any) error {
 	return sc.Scan(append([]any{&r.ID, &r.TaskID, &r.State, &r.Queue, &r.Token, &r.Host, &r.LeaseExpires, &r.Created, &r.Started,
-		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil}, more...)...)
+		&r.Attempt, &r.Pgid, &r.BootID, &r.LeaseUntil, &r.Probe}, more...)...)
 }
 
 // runsLive is the condition of the partial index runs_live (migrations/0005_state_checks_as_ors.sql), word for word: a query on live runs that repeats it lets

@@ -33,11 +33,11 @@ var (
 		return `UPDATE tasks SET state = ?, updated_at = ?, attempts = attempts + 1, todo_at = NULL
 			WHERE id IN (` + strings.TrimSuffix(strings.Repeat("CAST(? AS TEXT),", k), ",") + `) AND +state = 'todo'`
 	})
-	// claimRunsSQL: k runs, 12 values each.
+	// claimRunsSQL: k runs, 13 values each.
 	claimRunsSQL = newSQLByCount(func(k int) string {
 		return `INSERT INTO runs (id, task_id, attempt, state, queue, worker, host, lease_token, lease_expires_at,
-			boot_id, claimed_ns, lease_until_ns, created_at) VALUES ` +
-			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?),`, k), ",")
+			boot_id, claimed_ns, lease_until_ns, created_at, probe) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?),`, k), ",")
 	})
 )
 
@@ -133,9 +133,9 @@ func (t *Tx) ClaimTasks(ctx context.Context, c store.Claim) error {
 	bootID, until, claimed := leaseValues(c.Lease, c.ClaimedNS)
 	worker, host := nullable(c.Worker), nullable(c.Host)
 	return inChunks(len(c.Runs), func(lo, hi int) error {
-		args := make([]any, 0, 12*(hi-lo))
+		args := make([]any, 0, 13*(hi-lo))
 		for _, r := range c.Runs[lo:hi] {
-			args = append(args, r.RunID, r.TaskID, r.Attempt, r.Queue, worker, host, r.Token, c.Lease.Expires, bootID, claimed, until, c.At)
+			args = append(args, r.RunID, r.TaskID, r.Attempt, r.Queue, worker, host, r.Token, c.Lease.Expires, bootID, claimed, until, c.At, r.Probe)
 		}
 		return t.Run(claimRunsSQL.get(hi-lo), args...)
 	})

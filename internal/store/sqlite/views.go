@@ -101,14 +101,14 @@ func (r reads) RunCancellingIDs(ctx context.Context, worker string) ([]string, e
 }
 
 func (r reads) RunEndedCounts(ctx context.Context, since string, fn func(state string, n int)) error {
-	rows, err := r.q.QueryContext(ctx, `SELECT state, COUNT(*) FROM runs WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY state`, since)
+	rows, err := r.q.QueryContext(ctx, `SELECT state, COUNT(*) FROM runs WHERE ended_at IS NOT NULL AND ended_at >= ? AND probe = 0 GROUP BY state`, since)
 	return scanCounts(rows, err, fn)
 }
 
 func (r reads) RunEndedAvgSeconds(ctx context.Context, since string) (float64, bool, error) {
 	var avg sql.NullFloat64
 	err := r.q.QueryRowContext(ctx, `SELECT AVG((julianday(ended_at) - julianday(started_at)) * 86400.0) FROM runs
-		WHERE ended_at IS NOT NULL AND ended_at >= ? AND started_at IS NOT NULL`, since).Scan(&avg)
+		WHERE ended_at IS NOT NULL AND ended_at >= ? AND started_at IS NOT NULL AND probe = 0`, since).Scan(&avg)
 	return avg.Float64, avg.Valid, err
 }
 

@@ -3,6 +3,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -36,7 +37,7 @@ func testAsks(t *testing.T, b Backend) {
 		a3, err = tx.AskAdd(ctx, store.Ask{RunID: "run-b", TaskID: "b", Question: "b?", AskedAt: at(4)})
 		return err
 	})
-	if !(a1 < a2 && a2 < a3) {
+	if a1 >= a2 || a2 >= a3 {
 		t.Fatalf("ask ids %d, %d, %d: want increasing", a1, a2, a3)
 	}
 	got, err := e.s.AskGet(ctx, a1)
@@ -47,7 +48,7 @@ func testAsks(t *testing.T, b Backend) {
 	if *got != want {
 		t.Errorf("AskGet = %+v, want %+v", *got, want)
 	}
-	if _, err := e.s.AskGet(ctx, a3+100); err != store.ErrNotFound {
+	if _, err := e.s.AskGet(ctx, a3+100); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("AskGet of none = %v, want ErrNotFound", err)
 	}
 	open, err := e.s.AskListOpen(ctx)
@@ -130,7 +131,7 @@ func testMessages(t *testing.T, b Backend) {
 	e.write(func(tx store.Tx) error {
 		ms, err := tx.MessagesTake(ctx, "a", "run-a", at(10))
 		if err != nil || len(ms) != 0 {
-			return fmt.Errorf("second MessagesTake = %+v, %v", ms, err)
+			return fmt.Errorf("second MessagesTake = %+v, %w", ms, err)
 		}
 		return nil
 	})
@@ -226,8 +227,19 @@ func testRunProgress(t *testing.T, b Backend) {
 	if !reflect.DeepEqual(got, wantOf) {
 		t.Errorf("RunProgressOfRuns = %+v, want %+v", got, wantOf)
 	}
-	if _, err := e.s.RunProgressGet(ctx, "run-x"); err != store.ErrNotFound {
+	if _, err := e.s.RunProgressGet(ctx, "run-x"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RunProgressGet of none = %v, want ErrNotFound", err)
+	}
+	live := map[string]bool{}
+	e.write(func(tx store.Tx) error {
+		ok, err := tx.RunUpdate(ctx, store.RunUpdate{ID: "run-c", From: "queued", To: "cancelled"})
+		if !ok || err != nil {
+			return fmt.Errorf("end run-c: %v, %w", ok, err)
+		}
+		return nil
+	})
+	if err := e.s.RunProgressLive(ctx, func(p *store.RunProgress) { live[p.RunID] = true }); err != nil || !reflect.DeepEqual(live, map[string]bool{"run-a": true, "run-b": true}) {
+		t.Errorf("RunProgressLive = %v, %v; want run-a and run-b (run-c ended)", live, err)
 	}
 	pend, err := e.s.RunProgressPendingList(ctx, at(1), 10)
 	if err != nil || len(pend) != 1 || pend[0].RunID != "run-b" {

@@ -54,6 +54,7 @@ var tests = []contractTest{
 	{"RunsBatched", testRunsBatched},
 	{"Completion", testCompletion},
 	{"RunReads", testRunReads},
+	{"ProbeRuns", testProbeRuns},
 	{"FixtureRunAdd", testFixtureRunAdd},
 	{"RunOutput", testRunOutput},
 	// Runs that talk back (interact.go).

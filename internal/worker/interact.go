@@ -1,0 +1,50 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/cq-dev/cq/internal/queue"
+)
+
+// askedFor is how long r's questions (cq ask) have waited for an answer,
+// read when its time limit seems reached: that wait is not counted
+// (docs/interactive.md). A store that cannot be read counts none.
+func (w *Worker) askedFor(r *run) func() time.Duration {
+	return func() time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d, err := w.st.QuestionWait(ctx, r.c.RunID, r.c.TaskID)
+		if err != nil {
+			w.log.Warn("run.question_wait_unread", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())
+			return 0
+		}
+		return d
+	}
+}
+
+// denyQuestions, at a graceful stop, denies the open questions of the
+// worker's runs ("shutdown") and releases those runs at once: nobody
+// will answer them before the stop, and their tasks go back to todo to
+// ask again on another worker.
+func (w *Worker) denyQuestions(ctx context.Context) {
+	runs := w.liveRuns()
+	if len(runs) == 0 {
+		return
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.c.RunID
+	}
+	had, err := w.st.DenyQuestionsOfRuns(ctx, ids, queue.DenyShutdown)
+	if err != nil {
+		w.log.Warn("worker.questions_not_denied", "worker", w.id, "error", err.Error())
+		return
+	}
+	for _, r := range runs {
+		if had[r.c.RunID] {
+			w.log.Info("run.releasing", "task", r.c.TaskID, "run", r.c.RunID, "why", "shutdown during a question")
+			r.kill(killRelease, w.opt.Grace)
+		}
+	}
+}
