@@ -325,7 +325,8 @@ func newProgressCmd(app *App) *cobra.Command {
 joined by spaces). cq ls, cq show and cq wait show the latest; a
 run.progress event records it, at most four a second per run: a report
 sooner than that updates the run's progress at once and its event follows
-with the next report or the next heartbeat, so the latest always gets one.
+within about a second (the next report, or a worker), so the latest always
+gets one.
 
 Exit codes: 0 recorded; 1 not run inside a task, or bad numbers; 3 the run
 is not running.`,

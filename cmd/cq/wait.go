@@ -112,10 +112,20 @@ unknown id (at once); 130 (143) interrupted by SIGINT (SIGTERM).`,
 			// The counts are taken only after a look, and only for the
 			// line: a wait on a whole store may hold a million ids.
 			var counts waitTally
+			var waited map[string]bool // ids as a set, made when first needed
 			look := func() (int, []string, error) {
 				pending, bad, err := w.look(ids)
 				if line != nil && err == nil {
 					counts = w.tally(ids)
+					if counts.running > 0 {
+						if waited == nil {
+							waited = make(map[string]bool, len(ids))
+							for _, id := range ids {
+								waited[id] = true
+							}
+						}
+						counts.progress, err = runningProgress(ctx, st, waited)
+					}
 				}
 				return pending, bad, err
 			}
@@ -198,6 +208,39 @@ func (w *waiter) namePending(out io.Writer, ids []string) {
 // waitTally counts the tasks of one cq wait by how they stand.
 type waitTally struct {
 	total, done, failed, cancelled, running, waiting int
+	// progress is what the running tasks reported (cq progress), "" for
+	// nothing.
+	progress string
+}
+
+// runningProgress sums up the latest progress of the running tasks among
+// waited: one task's as it reported it, several's as their done and total
+// added up (when every one gave both) or how many reported.
+func runningProgress(ctx context.Context, st *queue.Store, waited map[string]bool) (string, error) {
+	all, err := st.LiveProgress(ctx)
+	if err != nil {
+		return "", err
+	}
+	var ps []*queue.Progress
+	for id, p := range all {
+		if waited[id] {
+			ps = append(ps, p)
+		}
+	}
+	switch len(ps) {
+	case 0:
+		return "", nil
+	case 1:
+		return progressText(ps[0]), nil
+	}
+	var done, total int64
+	for _, p := range ps {
+		if p.Done == nil || p.Total == nil {
+			return fmt.Sprintf("%d reporting", len(ps)), nil
+		}
+		done, total = done+*p.Done, total+*p.Total
+	}
+	return progressText(&queue.Progress{Done: &done, Total: &total}), nil
 }
 
 // tally counts ids as last seen; a task deleted before it was seen ended
@@ -248,6 +291,9 @@ func (c waitTally) text(elapsed time.Duration) string {
 		s += fmt.Sprintf(" · %d cancelled", c.cancelled)
 	}
 	s += fmt.Sprintf(" · %d running · %d waiting · %s", c.running, c.waiting, clockText(elapsed))
+	if c.progress != "" {
+		s += " · " + c.progress
+	}
 	return s
 }
 

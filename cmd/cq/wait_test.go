@@ -205,3 +205,35 @@ func TestWaitQueueLive(t *testing.T) {
 		t.Errorf("output %q: want the final counts of queue q, then bad named", out)
 	}
 }
+
+// TestWaitTerminalLineProgress: the live line shows what the running
+// task reported with cq progress, and follows its reports.
+func TestWaitTerminalLineProgress(t *testing.T) {
+	t.Parallel()
+	e := newBackendEnv(t, 60*time.Second, true)
+	e.ok("enqueue", "--id", "job", "--shell",
+		"cq progress --done 3 --total 10 copying; touch reported; while [ ! -e go ]; do sleep 0.05; done; cq progress --done 10 --total 10 copied; touch again; while [ ! -e end ]; do sleep 0.05; done")
+	startBgWorker(t, e)
+	eventually(t, 30*time.Second, "the first report", func() (bool, string) {
+		_, err := os.Stat(e.path("reported"))
+		return err == nil, "no file reported"
+	})
+	p := startPTY(t, e.env, e.dir, 120, 24, "wait", "job")
+	eventually(t, 30*time.Second, "the live line with the progress", func() (bool, string) {
+		out := p.output()
+		return strings.Contains(out, "0/1 done · 0 failed · 1 running · 0 waiting · 0:0") && strings.Contains(out, " · 3/10 (30%) copying"), out
+	})
+	if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the live line with the next report", func() (bool, string) {
+		out := p.output()
+		return strings.Contains(out, " · 10/10 (100%) copied"), out
+	})
+	if err := os.WriteFile(e.path("end"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := p.wait(t); code != 0 {
+		t.Fatalf("exit %d, want 0; output %q", code, out)
+	}
+}

@@ -461,23 +461,17 @@ func (s *Store) FlushProgress(ctx context.Context, limit int) (int, error) {
 	n := 0
 	err = s.write(ctx, func(tx store.Tx, now time.Time) error {
 		n = 0
-		for _, old := range ps {
-			// Read again in the transaction: a report may have come since.
-			p, err := tx.RunProgressGet(ctx, old.RunID)
-			if errors.Is(err, store.ErrNotFound) {
-				continue
-			}
+		for i := range ps {
+			// A report stored since the read is left to its own event
+			// or the next flush: only the values read get theirs.
+			ok, err := tx.RunProgressSettle(ctx, ps[i], FormatTime(now))
 			if err != nil {
 				return err
 			}
-			if !p.Pending {
+			if !ok {
 				continue
 			}
-			p.Pending, p.EventAt = false, FormatTime(now)
-			if err := tx.RunProgressPut(ctx, *p); err != nil {
-				return err
-			}
-			if err := progressEvent(ctx, tx, now, p); err != nil {
+			if err := progressEvent(ctx, tx, now, &ps[i]); err != nil {
 				return err
 			}
 			n++
@@ -556,4 +550,12 @@ func (s *Store) QuestionWait(ctx context.Context, runID, taskID string) (time.Du
 		}
 	}
 	return sum, nil
+}
+
+// LiveProgress reads the latest progress of every live run that reported
+// some, by task id.
+func (s *Store) LiveProgress(ctx context.Context) (map[string]*Progress, error) {
+	out := map[string]*Progress{}
+	err := s.st.RunProgressLive(ctx, func(p *store.RunProgress) { out[p.TaskID] = progressOf(p) })
+	return out, err
 }

@@ -96,4 +96,9 @@ type InteractWriter interface {
 	// RunProgressPut stores p as its run's progress, replacing what was
 	// stored.
 	RunProgressPut(ctx context.Context, p RunProgress) error
+	// RunProgressSettle marks p's run's progress as having its event,
+	// written at eventAt (Pending false, EventAt eventAt), if it is still
+	// pending with p's values (done, total, message and at): a report
+	// stored since is left pending. It reports whether it applied.
+	RunProgressSettle(ctx context.Context, p RunProgress, eventAt string) (bool, error)
 }

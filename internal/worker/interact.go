@@ -48,3 +48,21 @@ func (w *Worker) denyQuestions(ctx context.Context) {
 		}
 	}
 }
+
+// progressFlushEvery is how often a worker with live runs writes the
+// events of progress reports held back by the rate limit: the latest
+// report's event then follows it within about a second, not at the next
+// heartbeat (docs/interactive.md).
+const progressFlushEvery = time.Second
+
+// flushProgress writes held-back progress events, at most every
+// progressFlushEvery (loop goroutine, while runs are live).
+func (w *Worker) flushProgress(ctx context.Context) {
+	if time.Since(w.progressAt) < progressFlushEvery {
+		return
+	}
+	w.progressAt = time.Now()
+	if _, err := w.st.FlushProgress(ctx, 100); err != nil {
+		w.log.Warn("store.error", "op", "progress events", "error", err.Error())
+	}
+}

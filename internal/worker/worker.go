@@ -141,6 +141,9 @@ type Worker struct {
 	// killAll, once a graceful stop's grace is over, is why every run is
 	// killed, including those adopted after that.
 	killAll string
+	// progressAt is when the loop last wrote held-back progress events
+	// (see flushProgress).
+	progressAt time.Time
 	// null is the shared stdin of runs (see devNull).
 	nullOnce sync.Once
 	null     *os.File
@@ -545,6 +548,7 @@ func (w *Worker) checkCancels(ctx context.Context) {
 		return
 	}
 	w.applyQueueTimeouts(ctx)
+	w.flushProgress(ctx)
 	ids, err := w.st.CancellingRuns(ctx, w.id)
 	if err != nil {
 		return

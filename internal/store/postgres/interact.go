@@ -172,6 +172,14 @@ func (tx *Tx) RunProgressPut(ctx context.Context, p store.RunProgress) error {
 	return err
 }
 
+func (tx *Tx) RunProgressSettle(ctx context.Context, p store.RunProgress, eventAt string) (bool, error) {
+	tag, err := tx.ptx.Exec(tx.ctx, `UPDATE run_progress SET pending = false, event_at = $1
+		WHERE run_id = $2 AND pending AND done IS NOT DISTINCT FROM $3::bigint AND total IS NOT DISTINCT FROM $4::bigint
+			AND message IS NOT DISTINCT FROM $5::text AND at = $6`,
+		eventAt, p.RunID, optCount(p.Done), optCount(p.Total), nullable(p.Message), p.At)
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
 // optCount is a count as stored: NULL for none (below 0).
 func optCount(n int64) any {
 	if n < 0 {

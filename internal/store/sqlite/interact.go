@@ -214,6 +214,20 @@ func (t *Tx) RunProgressPut(ctx context.Context, p store.RunProgress) error {
 	return err
 }
 
+func (t *Tx) RunProgressSettle(ctx context.Context, p store.RunProgress, eventAt string) (bool, error) {
+	if err := t.Flush(); err != nil {
+		return false, err
+	}
+	res, err := t.ExecContext(ctx, `UPDATE run_progress SET pending = 0, event_at = ?
+		WHERE run_id = ? AND pending AND done IS ? AND total IS ? AND message IS ? AND at = ?`,
+		eventAt, p.RunID, optCount(p.Done), optCount(p.Total), nullable(p.Message), p.At)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // optCount is a count as stored: NULL for none (below 0).
 func optCount(n int64) any {
 	if n < 0 {

@@ -249,4 +249,28 @@ func testRunProgress(t *testing.T, b Backend) {
 	if err != nil || len(pend) != 2 {
 		t.Errorf("RunProgressPendingList(at 2) = %+v, %v; want run-a and run-b", pend, err)
 	}
+	// Settling applies only to the values it was read with.
+	e.write(func(tx store.Tx) error {
+		stale := want
+		stale.Done = 1
+		if ok, err := tx.RunProgressSettle(ctx, stale, at(5)); ok || err != nil {
+			return fmt.Errorf("settle of stale values: %v, %w", ok, err)
+		}
+		for _, p := range pend {
+			if ok, err := tx.RunProgressSettle(ctx, p, at(5)); !ok || err != nil {
+				return fmt.Errorf("settle of %s: %v, %w", p.RunID, ok, err)
+			}
+		}
+		if ok, err := tx.RunProgressSettle(ctx, want, at(6)); ok || err != nil {
+			return fmt.Errorf("second settle: %v, %w", ok, err)
+		}
+		return nil
+	})
+	p, err = e.s.RunProgressGet(ctx, "run-b")
+	if wantB := (store.RunProgress{RunID: "run-b", TaskID: "b", Done: -1, Total: -1, Message: "msg only", At: at(4), EventAt: at(5)}); err != nil || *p != wantB {
+		t.Errorf("run-b after its settle = %+v, %v; want %+v", p, err, wantB)
+	}
+	if pend, err := e.s.RunProgressPendingList(ctx, at(9), 10); err != nil || len(pend) != 0 {
+		t.Errorf("RunProgressPendingList after the settles = %+v, %v", pend, err)
+	}
 }
