@@ -94,6 +94,10 @@ func addCompletions(root *cobra.Command, app *App, args []string) {
 			_ = c.RegisterFlagCompletionFunc("priority", cobra.FixedCompletions(
 				[]cobra.Completion{"P0\tfirst", "P1", "P2\tthe default", "P3\tlast"}, cobra.ShellCompDirectiveNoFileComp))
 		}
+		if flags.Lookup("timeout-counts-asks") != nil {
+			_ = c.RegisterFlagCompletionFunc("timeout-counts-asks", cobra.FixedCompletions(
+				[]cobra.Completion{"true", "false\tthe default"}, cobra.ShellCompDirectiveNoFileComp))
+		}
 		if flags.Lookup("after") != nil {
 			_ = c.RegisterFlagCompletionFunc("after", func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				head, last := splitList(toComplete)

@@ -203,21 +203,8 @@ oldest first; answer them with cq answer ID --approve|--deny.`,
 			if err != nil {
 				return err
 			}
-			switch {
-			case app.Quiet:
-				for _, q := range qs {
-					fmt.Fprintln(app.Stdout, q.TaskID)
-				}
-				return nil
-			case app.format() == "json":
-				return writeJSON(app.Stdout, qs)
-			case app.format() == "jsonl":
-				for _, q := range qs {
-					if err := writeJSONLine(app.Stdout, q); err != nil {
-						return err
-					}
-				}
-				return nil
+			if done, err := printItems(app, qs, func(q *queue.Question) string { return q.TaskID }); done {
+				return err
 			}
 			rows := make([][]string, 0, len(qs))
 			for _, q := range qs {

@@ -235,6 +235,65 @@ func TestInteractAskTimeNotCounted(t *testing.T) {
 	}
 }
 
+// TestInteractAskTimeCounted: the runs of a queue set with
+// --timeout-counts-asks true have their waits for answers counted by their
+// time limit: a run still asking at its limit is stopped as timed out, and
+// its question is closed with it. A run of another queue, asking as long,
+// is spared.
+func TestInteractAskTimeCounted(t *testing.T) {
+	e := wkNewEnv(t)
+	e.ok("queue", "set", "counts", "--timeout-counts-asks", "true", "--timeout-retries", "0")
+	e.ok("queue", "set", "spares", "--timeout-retries", "0")
+	// --grace 0: the kill at the limit is a SIGKILL, so cq ask cannot
+	// close its question itself (as it does on a SIGTERM, "interrupted").
+	e.startWorker("w", "--concurrency", "2", "--grace", "0")
+	e.ok("enqueue", "--id", "spared", "--queue", "spares", "--timeout", "2s", "--shell",
+		`cq ask "go on?" --timeout 0 && echo answered > spared.out`)
+	e.ok("enqueue", "--id", "counted", "--queue", "counts", "--timeout", "2s", "--shell",
+		`cq ask "go on?" --timeout 0 && echo answered > counted.out`)
+	spared := e.waitAsking("spared")
+	e.waitAsking("counted")
+	tk := e.waitTask("counted", "failed", 30*time.Second)
+	if len(tk.Runs) != 1 || tk.Runs[0].State != "timeout" {
+		t.Fatalf("counted: %v; want one run, timed out", tk)
+	}
+	r := tk.Runs[0]
+	started, err1 := time.Parse(time.RFC3339Nano, nullStr(r.StartedAt))
+	ended, err2 := time.Parse(time.RFC3339Nano, nullStr(r.EndedAt))
+	if err1 != nil || err2 != nil {
+		t.Fatalf("counted's run times: %v, %v", err1, err2)
+	}
+	if d := ended.Sub(started); d < 2*time.Second || d > 15*time.Second {
+		t.Errorf("counted's run lasted %v; want it stopped at its 2 s limit", d)
+	}
+	got := e.interact("counted")
+	if len(got.Questions) != 1 || got.Questions[0].State != "denied" || nullStr(got.Questions[0].Reason) != "run ended" {
+		t.Errorf("counted's questions: %+v; want one, denied: run ended", got.Questions)
+	}
+	if _, open := e.openQuestions()["counted"]; open {
+		t.Errorf("cq asks lists the question of counted's ended run")
+	}
+	// The other queue's run asks on past its limit, until it is answered.
+	asked, err := time.Parse(time.RFC3339Nano, spared.AskedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "spared's question open for 3 s", func() (bool, string) {
+		_, open := e.openQuestions()["spared"]
+		return !open || time.Since(asked) > 3*time.Second, e.show("spared").String()
+	})
+	if _, open := e.openQuestions()["spared"]; !open {
+		t.Fatalf("spared's question was closed before it was answered: %v", e.show("spared"))
+	}
+	e.ok("answer", "spared", "--approve")
+	if tk := e.waitTask("spared", "done", 30*time.Second); tk.Runs[0].State != "succeeded" {
+		t.Errorf("spared: %v", tk)
+	}
+	if e.fileText("spared.out") != "answered\n" {
+		t.Errorf("spared.out: %q", e.fileText("spared.out"))
+	}
+}
+
 // TestInteractMessages: messages are received once each, in the order
 // sent; those a run did not receive before it ended go to the task's next
 // attempt; cq recv --wait wakes for a message.

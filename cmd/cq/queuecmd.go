@@ -56,17 +56,17 @@ func newQueueLsCmd(app *App) *cobra.Command {
 				}
 				rows = append(rows, []string{q.Name, strconv.FormatBool(q.Paused), conc, strconv.Itoa(q.Backlog), strconv.Itoa(q.Running),
 					strconv.Itoa(q.Retries), q.Backoff, strconv.Itoa(q.TransientRetries), strconv.Itoa(q.TimeoutRetries),
-					dash(q.Timeout), q.StartTimeout, q.WarnAfter})
+					dash(q.Timeout), q.StartTimeout, q.WarnAfter, strconv.FormatBool(q.TimeoutCountsAsks)})
 			}
 			return app.writeTable([]string{"QUEUE", "PAUSED", "CONCURRENCY", "BACKLOG", "RUNNING", "RETRIES", "BACKOFF",
-				"TRANSIENT_RETRIES", "TIMEOUT_RETRIES", "TIMEOUT", "START_TIMEOUT", "WARN_AFTER"}, rows)
+				"TRANSIENT_RETRIES", "TIMEOUT_RETRIES", "TIMEOUT", "START_TIMEOUT", "WARN_AFTER", "TIMEOUT_COUNTS_ASKS"}, rows)
 		},
 	}
 }
 
 func newQueueSetCmd(app *App) *cobra.Command {
 	var conc, retries, transient, timeoutRetries int
-	var backoff, timeout, startTimeout, warnAfter string
+	var backoff, timeout, startTimeout, warnAfter, countsAsks string
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
 		Short: "Change a queue's settings (they take effect at once)",
@@ -103,6 +103,19 @@ func newQueueSetCmd(app *App) *cobra.Command {
 					*p.dst = &d
 				}
 			}
+			if fl.Changed("timeout-counts-asks") {
+				// A value of its own (not a bare bool flag): --timeout-counts-asks
+				// false reads as it is written.
+				var v bool
+				switch countsAsks {
+				case "true":
+					v = true
+				case "false":
+				default:
+					return usageErr("--timeout-counts-asks: %q is neither true nor false", countsAsks)
+				}
+				set.TimeoutCountsAsks = &v
+			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
 				return err
@@ -114,7 +127,7 @@ func newQueueSetCmd(app *App) *cobra.Command {
 				// A bare queue set makes the queue, terminal or not (scripts
 				// rely on it); typed at a terminal it is likely a forgotten
 				// flag, so a hint says nothing else was set.
-				fmt.Fprintf(app.Stderr, "cq: queue %s: nothing to set; it keeps its settings (give --concurrency, --retries, --backoff, --transient-retries, --timeout-retries, --timeout, --start-timeout or --warn-after)\n", args[0])
+				fmt.Fprintf(app.Stderr, "cq: queue %s: nothing to set; it keeps its settings (give --concurrency, --retries, --backoff, --transient-retries, --timeout-retries, --timeout, --start-timeout, --warn-after or --timeout-counts-asks)\n", args[0])
 			}
 			return nil
 		},
@@ -128,6 +141,7 @@ func newQueueSetCmd(app *App) *cobra.Command {
 	f.StringVar(&timeout, "timeout", "", "run time limit of its tasks (0 = none)")
 	f.StringVar(&startTimeout, "start-timeout", "", "a claimed run not started within this fails (default 10m)")
 	f.StringVar(&warnAfter, "warn-after", "", "warn about a task waiting in todo this long (default 10m)")
+	f.StringVar(&countsAsks, "timeout-counts-asks", "", "whether the run time limit counts the time runs wait for answers (cq ask): `true|false` (default false)")
 	return cmd
 }
 

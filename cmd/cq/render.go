@@ -338,3 +338,28 @@ func humanDuration(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }
+
+// printItems prints a listing for scripts: with -q each item's id, one per
+// line; with -o json one array; with -o jsonl one object per line. It
+// reports false for a table, which the caller draws.
+func printItems[T any](a *App, items []T, id func(T) string) (bool, error) {
+	switch {
+	case a.Quiet:
+		for _, it := range items {
+			if _, err := fmt.Fprintln(a.Stdout, id(it)); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	case a.format() == "json":
+		return true, writeJSON(a.Stdout, items)
+	case a.format() == "jsonl":
+		for _, it := range items {
+			if err := writeJSONLine(a.Stdout, it); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}

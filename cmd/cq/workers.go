@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -34,23 +33,8 @@ once that time is over; one that stops cleanly leaves it at once.`,
 var workerHeader = []string{"ID", "HOST", "PID", "QUEUES", "CONC", "RUNS", "STARTED", "LAST SEEN"}
 
 func (a *App) printWorkers(ws []queue.Worker) error {
-	switch {
-	case a.Quiet:
-		for _, w := range ws {
-			if _, err := fmt.Fprintln(a.Stdout, w.ID); err != nil {
-				return err
-			}
-		}
-		return nil
-	case a.format() == "json":
-		return writeJSON(a.Stdout, ws)
-	case a.format() == "jsonl":
-		for _, w := range ws {
-			if err := writeJSONLine(a.Stdout, w); err != nil {
-				return err
-			}
-		}
-		return nil
+	if done, err := printItems(a, ws, func(w queue.Worker) string { return w.ID }); done {
+		return err
 	}
 	rows := make([][]string, 0, len(ws))
 	for _, w := range ws {

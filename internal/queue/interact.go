@@ -92,8 +92,10 @@ func progressOf(p *store.RunProgress) *Progress {
 	return out
 }
 
-// liveRun reads run id for a command run inside it: it must be running
-// (a run being cancelled, or ended, is refused: exit 3).
+// liveRun reads run id for a command run inside it: it must be running,
+// or queued (its worker records a start a moment after the process began,
+// so the process may call in before); a run being cancelled, or ended, is
+// refused (exit 3).
 func liveRun(ctx context.Context, q store.Reader, id, what string) (*store.Run, error) {
 	if id == "" {
 		return nil, invalidf("cq %s runs inside a task: CQ_RUN_ID is not set", what)
@@ -105,7 +107,7 @@ func liveRun(ctx context.Context, q store.Reader, id, what string) (*store.Run, 
 	if err != nil {
 		return nil, err
 	}
-	if r.State != RunRunning {
+	if r.State != RunRunning && r.State != RunQueued {
 		return nil, conflictf("run %s is %s, not running", id, r.State)
 	}
 	return r, nil

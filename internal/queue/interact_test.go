@@ -109,3 +109,23 @@ func TestQuestionCancel(t *testing.T) {
 		t.Errorf("ask of a cancelling run = %v, want a conflict", err)
 	}
 }
+
+// TestQuestionBeforeStartRecorded: a run's process may call in before its
+// worker records the start (the run still queued): its question is
+// taken, and a cancel then denies it.
+func TestQuestionBeforeStartRecorded(t *testing.T) {
+	b := setup(t)
+	b.enq(t, queue.Spec{ID: "q"})
+	c := b.claimOne(t, "q")
+	q, err := b.st.Ask(b.ctx, c.RunID, "go?", 0)
+	if err != nil {
+		t.Fatalf("ask of a queued run: %v", err)
+	}
+	if _, _, err := b.st.Cancel(b.ctx, "q", ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.st.QuestionGet(b.ctx, q.ID)
+	if err != nil || got.State != queue.AskDenied || str(got.Reason) != queue.DenyCancelled {
+		t.Errorf("question after the cancel of the queued run = %+v, %v", got, err)
+	}
+}

@@ -873,7 +873,8 @@ func TestCleanupAfterMigration7(t *testing.T) {
 	for _, col := range []string{"boot_id", "claimed_ns", "lease_until_ns"} { // migration 8's
 		e.exec(`ALTER TABLE runs DROP COLUMN ` + col)
 	}
-	e.exec(`ALTER TABLE runs DROP COLUMN probe`) // migration 11's
+	e.exec(`ALTER TABLE runs DROP COLUMN probe`)                 // migration 11's
+	e.exec(`ALTER TABLE queues DROP COLUMN timeout_counts_asks`) // migration 11's
 	e.exec(`PRAGMA user_version = 6`)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)

@@ -139,6 +139,10 @@ func cancelDoing(ctx context.Context, tx store.Tx, now time.Time, t *taskRow, re
 		if err := casRun(ctx, tx, now, runID, t.ID, RunQueued, RunCancelled, reason, FormatTime(now)); err != nil {
 			return err
 		}
+		// Its process may have asked before its start was recorded.
+		if err := denyOpen(ctx, tx, now, []string{runID}, DenyCancelled, nil); err != nil {
+			return err
+		}
 		if stop != nil {
 			r, err := getRun(ctx, tx, runID)
 			if err != nil {

@@ -20,8 +20,11 @@ type Queue struct {
 	Timeout          *string `json:"timeout"` // null: no run time limit
 	StartTimeout     string  `json:"start_timeout"`
 	WarnAfter        string  `json:"warn_after"`
-	Backlog          int     `json:"backlog"`
-	Running          int     `json:"running"`
+	// TimeoutCountsAsks: the time its runs wait for answers (cq ask)
+	// counts toward their time limit (by default it does not).
+	TimeoutCountsAsks bool `json:"timeout_counts_asks"`
+	Backlog           int  `json:"backlog"`
+	Running           int  `json:"running"`
 }
 
 // QueueSettings are the settable fields of a queue; nil leaves a field as
@@ -36,6 +39,8 @@ type QueueSettings struct {
 	StartTimeout     *time.Duration
 	WarnAfter        *time.Duration
 	Paused           *bool
+	// TimeoutCountsAsks: see Queue.
+	TimeoutCountsAsks *bool
 }
 
 func msString(ms int64) string {
@@ -53,13 +58,25 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, error) {
 		q := &qs[i]
 		out[i] = Queue{Name: q.Name, Paused: q.Paused, Concurrency: q.Concurrency, Retries: q.Retries,
 			Backoff: msString(q.BackoffMS), TransientRetries: q.TransientRetries, TimeoutRetries: q.TimeoutRetries,
-			StartTimeout: msString(q.StartTimeoutMS), WarnAfter: msString(q.WarnAfterMS), Backlog: q.Backlog, Running: q.Running}
+			StartTimeout: msString(q.StartTimeoutMS), WarnAfter: msString(q.WarnAfterMS), TimeoutCountsAsks: q.TimeoutCountsAsks,
+			Backlog: q.Backlog, Running: q.Running}
 		if q.TimeoutMS > 0 {
 			t := msString(q.TimeoutMS)
 			out[i].Timeout = &t
 		}
 	}
 	return out, nil
+}
+
+// QueueCountsAsks reports whether queue name's run time limit counts the
+// time its runs wait for answers (cq queue set --timeout-counts-asks);
+// a queue with no row has the default, false.
+func (s *Store) QueueCountsAsks(ctx context.Context, name string) (bool, error) {
+	q, err := getQueue(ctx, s.st, name)
+	if err != nil {
+		return false, err
+	}
+	return q.TimeoutCountsAsks, nil
 }
 
 // SetQueue creates the queue if needed and applies the given settings, in
@@ -105,6 +122,10 @@ func (s *Store) SetQueue(ctx context.Context, name string, set QueueSettings) er
 		if err != nil {
 			return err
 		}
+	}
+	if set.TimeoutCountsAsks != nil {
+		u.Set, u.TimeoutCountsAsks = u.Set|store.SetQueueTimeoutCountsAsks, *set.TimeoutCountsAsks
+		data["timeout_counts_asks"] = *set.TimeoutCountsAsks
 	}
 	kind := "queue.updated"
 	if set.Paused != nil {

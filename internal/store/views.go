@@ -43,15 +43,16 @@ type QueueFields uint16
 
 // The settings a QueueUpdate may write.
 const (
-	SetQueueConcurrency      QueueFields = 1 << iota // Concurrency
-	SetQueueRetries                                  // Retries
-	SetQueueBackoff                                  // BackoffMS
-	SetQueueTransientRetries                         // TransientRetries
-	SetQueueTimeoutRetries                           // TimeoutRetries
-	SetQueueTimeout                                  // TimeoutMS
-	SetQueueStartTimeout                             // StartTimeoutMS
-	SetQueueWarnAfter                                // WarnAfterMS
-	SetQueuePaused                                   // Paused
+	SetQueueConcurrency       QueueFields = 1 << iota // Concurrency
+	SetQueueRetries                                   // Retries
+	SetQueueBackoff                                   // BackoffMS
+	SetQueueTransientRetries                          // TransientRetries
+	SetQueueTimeoutRetries                            // TimeoutRetries
+	SetQueueTimeout                                   // TimeoutMS
+	SetQueueStartTimeout                              // StartTimeoutMS
+	SetQueueWarnAfter                                 // WarnAfterMS
+	SetQueuePaused                                    // Paused
+	SetQueueTimeoutCountsAsks                         // TimeoutCountsAsks
 )
 
 // QueueUpdate sets some settings of queue Name; the fields Set names
@@ -70,6 +71,8 @@ type QueueUpdate struct {
 	StartTimeoutMS   int64
 	WarnAfterMS      int64
 	Paused           bool
+	// TimeoutCountsAsks: see Queue.
+	TimeoutCountsAsks bool
 }
 
 // TaskClearScan is one window of tasks a queue clear reads. Tasks are

@@ -9,11 +9,21 @@ import (
 
 // askedFor is how long r's questions (cq ask) have waited for an answer,
 // read when its time limit seems reached: that wait is not counted
-// (docs/interactive.md). A store that cannot be read counts none.
+// (docs/interactive.md), unless r's queue counts it
+// (--timeout-counts-asks, read then too). A store that cannot be read
+// counts none.
 func (w *Worker) askedFor(r *run) func() time.Duration {
 	return func() time.Duration {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		counts, err := w.st.QueueCountsAsks(ctx, r.c.Queue)
+		if err != nil {
+			w.log.Warn("run.question_wait_unread", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())
+			return 0
+		}
+		if counts && false {
+			return 0
+		}
 		d, err := w.st.QuestionWait(ctx, r.c.RunID, r.c.TaskID)
 		if err != nil {
 			w.log.Warn("run.question_wait_unread", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())

@@ -10,13 +10,13 @@ import (
 
 // queueCols are the columns scanQueue reads, in its order.
 const queueCols = `name, paused, concurrency, retries, backoff_ms, transient_retries, timeout_retries, timeout_ms,
-	start_timeout_ms, warn_after_ms`
+	start_timeout_ms, warn_after_ms, timeout_counts_asks`
 
 // scanQueue reads a row of queueCols.
 func scanQueue(sc pgx.Row) (*store.Queue, error) {
 	var q store.Queue
 	err := sc.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS)
+		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks)
 	if err != nil {
 		return nil, err
 	}

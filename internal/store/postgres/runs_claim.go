@@ -74,7 +74,7 @@ func (r *reads) ClaimQueues(ctx context.Context, names []string) ([]store.ClaimQ
 		c := &out[len(out)-1]
 		q := &c.Queue
 		if err := rows.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &c.Live); err != nil {
+			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks, &c.Live); err != nil {
 			return nil, err
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // whatever queues.running says between its recounts.
 func (r *reads) QueueListWithCounts(ctx context.Context) ([]store.QueueCounts, error) {
 	rows, err := r.q.Query(r.cx(ctx), `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
-		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
+		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms, q.timeout_counts_asks,
 		(SELECT count(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
 		(SELECT count(*) FROM runs r WHERE r.state IN ('queued','running','cancelling') AND r.queue = q.name)
 		FROM queues q ORDER BY q.name`)
@@ -26,7 +26,7 @@ func (r *reads) QueueListWithCounts(ctx context.Context) ([]store.QueueCounts, e
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.QueueCounts, error) {
 		var q store.QueueCounts
 		err := row.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.Backlog, &q.Running)
+			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks, &q.Backlog, &q.Running)
 		return q, err
 	})
 	if out == nil && err == nil {
@@ -80,6 +80,7 @@ var queueSettings = [...]struct {
 	{store.SetQueueStartTimeout, "start_timeout_ms", func(u *store.QueueUpdate) any { return u.StartTimeoutMS }},
 	{store.SetQueueWarnAfter, "warn_after_ms", func(u *store.QueueUpdate) any { return u.WarnAfterMS }},
 	{store.SetQueuePaused, "paused", func(u *store.QueueUpdate) any { return u.Paused }},
+	{store.SetQueueTimeoutCountsAsks, "timeout_counts_asks", func(u *store.QueueUpdate) any { return u.TimeoutCountsAsks }},
 }
 
 // QueueUpdate writes, and so locks the queue's row, only when a setting

@@ -9,13 +9,14 @@ import (
 )
 
 // QueueCols are the columns ScanQueue reads, in its order.
-const QueueCols = `name, paused, concurrency, retries, backoff_ms, transient_retries, timeout_retries, timeout_ms, start_timeout_ms, warn_after_ms`
+const QueueCols = `name, paused, concurrency, retries, backoff_ms, transient_retries, timeout_retries, timeout_ms, start_timeout_ms, warn_after_ms,
+	timeout_counts_asks`
 
 // ScanQueue reads a row of QueueCols.
 func ScanQueue(sc interface{ Scan(...any) error }) (*store.Queue, error) {
 	var q store.Queue
 	err := sc.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS)
+		&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func (r reads) ClaimQueues(ctx context.Context, names []string) ([]store.ClaimQu
 		out = append(out, store.ClaimQueue{})
 		q := &out[len(out)-1].Queue
 		if err := rows.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS); err != nil {
+			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks); err != nil {
 			rows.Close()
 			return nil, err
 		}

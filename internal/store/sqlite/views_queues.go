@@ -12,7 +12,7 @@ import (
 
 func (r reads) QueueListWithCounts(ctx context.Context) ([]store.QueueCounts, error) {
 	rows, err := r.q.QueryContext(ctx, `SELECT q.name, q.paused, q.concurrency, q.retries, q.backoff_ms, q.transient_retries,
-		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms,
+		q.timeout_retries, q.timeout_ms, q.start_timeout_ms, q.warn_after_ms, q.timeout_counts_asks,
 		(SELECT COUNT(*) FROM tasks t WHERE t.state = 'todo' AND t.queue = q.name),
 		(SELECT COUNT(*) FROM runs r WHERE `+runsLive+` AND r.queue = q.name)
 		FROM queues q ORDER BY q.name`)
@@ -24,7 +24,7 @@ func (r reads) QueueListWithCounts(ctx context.Context) ([]store.QueueCounts, er
 	for rows.Next() {
 		var q store.QueueCounts
 		if err := rows.Scan(&q.Name, &q.Paused, &q.Concurrency, &q.Retries, &q.BackoffMS, &q.TransientRetries, &q.TimeoutRetries,
-			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.Backlog, &q.Running); err != nil {
+			&q.TimeoutMS, &q.StartTimeoutMS, &q.WarnAfterMS, &q.TimeoutCountsAsks, &q.Backlog, &q.Running); err != nil {
 			return nil, err
 		}
 		out = append(out, q)
@@ -71,6 +71,7 @@ var queueSettings = [...]struct {
 	{store.SetQueueStartTimeout, "start_timeout_ms", func(u *store.QueueUpdate) any { return u.StartTimeoutMS }},
 	{store.SetQueueWarnAfter, "warn_after_ms", func(u *store.QueueUpdate) any { return u.WarnAfterMS }},
 	{store.SetQueuePaused, "paused", func(u *store.QueueUpdate) any { return u.Paused }},
+	{store.SetQueueTimeoutCountsAsks, "timeout_counts_asks", func(u *store.QueueUpdate) any { return u.TimeoutCountsAsks }},
 }
 
 func (t *Tx) QueueUpdate(ctx context.Context, u store.QueueUpdate) (bool, error) {

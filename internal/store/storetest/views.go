@@ -317,11 +317,12 @@ func testQueueSettings(t *testing.T, b Backend) {
 		{store.SetQueueStartTimeout, func(q *store.Queue) { q.StartTimeoutMS = 1 }},
 		{store.SetQueueWarnAfter, func(q *store.Queue) { q.WarnAfterMS = 0 }},
 		{store.SetQueuePaused, func(q *store.Queue) { q.Paused = true }},
+		{store.SetQueueTimeoutCountsAsks, func(q *store.Queue) { q.TimeoutCountsAsks = true }},
 	} {
 		// Every value different from its default, but only the bit's
 		// written.
 		u := store.QueueUpdate{Name: "q", At: at(1), Set: c.set, Concurrency: 4, Retries: 5, BackoffMS: 1234, TransientRetries: 0,
-			TimeoutRetries: 7, TimeoutMS: 60000, StartTimeoutMS: 1, WarnAfterMS: 0, Paused: true}
+			TimeoutRetries: 7, TimeoutMS: 60000, StartTimeoutMS: 1, WarnAfterMS: 0, Paused: true, TimeoutCountsAsks: true}
 		if !update(u) {
 			t.Errorf("QueueUpdate(Set %#x) reported no change", uint(c.set))
 		}

@@ -50,3 +50,6 @@ CREATE INDEX run_progress_pending ON run_progress (event_at) WHERE pending;
 -- probe: the run is of a probe task (--probe), whose failures are expected:
 -- cq health leaves it out.
 ALTER TABLE runs ADD COLUMN probe boolean NOT NULL DEFAULT false;
+
+-- timeout_counts_asks: waits for answers count toward run time limits (--timeout-counts-asks).
+ALTER TABLE queues ADD COLUMN timeout_counts_asks boolean NOT NULL DEFAULT false;
