@@ -24,7 +24,7 @@ const completionWait = 2 * time.Second
 // command of the table that this build lacks is skipped.
 var idArgs = map[string]int{
 	"show": 1, "logs": 1, "wait": 0, "cancel": 0, "retry": 0, "hold": 0, "release": 0,
-	"enqueue": 0, "clone": 0, "task set": 1,
+	"enqueue": 0, "clone": 0, "task set": 1, "answer": 1, "send": 1,
 }
 
 // queueArgs names the commands whose one argument is a queue.

@@ -244,8 +244,9 @@ func TestInteractAskTimeCounted(t *testing.T) {
 	e := wkNewEnv(t)
 	e.ok("queue", "set", "counts", "--timeout-counts-asks", "true", "--timeout-retries", "0")
 	e.ok("queue", "set", "spares", "--timeout-retries", "0")
-	// --grace 0: the kill at the limit is a SIGKILL, so cq ask cannot
-	// close its question itself (as it does on a SIGTERM, "interrupted").
+	// --grace 0: the kill at the limit is a SIGKILL, so that cq ask never
+	// gets to close its question itself ("interrupted", on a SIGTERM): the
+	// question is left open and reads as closed by the run's end.
 	e.startWorker("w", "--concurrency", "2", "--grace", "0")
 	e.ok("enqueue", "--id", "spared", "--queue", "spares", "--timeout", "2s", "--shell",
 		`cq ask "go on?" --timeout 0 && echo answered > spared.out`)

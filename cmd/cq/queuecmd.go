@@ -104,8 +104,8 @@ func newQueueSetCmd(app *App) *cobra.Command {
 				}
 			}
 			if fl.Changed("timeout-counts-asks") {
-				// A value of its own (not a bare bool flag): --timeout-counts-asks
-				// false reads as it is written.
+				// A string, not a bool flag: a bool flag would read
+				// --timeout-counts-asks false as true and a second queue name.
 				var v bool
 				switch countsAsks {
 				case "true":

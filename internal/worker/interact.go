@@ -21,7 +21,7 @@ func (w *Worker) askedFor(r *run) func() time.Duration {
 			w.log.Warn("run.question_wait_unread", "task", r.c.TaskID, "run", r.c.RunID, "error", err.Error())
 			return 0
 		}
-		if counts && false {
+		if counts {
 			return 0
 		}
 		d, err := w.st.QuestionWait(ctx, r.c.RunID, r.c.TaskID)
