@@ -18,7 +18,7 @@ BUILD_LDFLAGS := -s -w -linkmode=external -extldflags=-static
 GOBUILD        = $(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(BUILD_LDFLAGS)'
 
 .DEFAULT_GOAL := help
-.PHONY: help build man bench-bins test test-pg lint fmt bench bench-go bench-e2e bench-river bench-maint fuzz cover demo demo-pg clean
+.PHONY: help build man bench-bins test test-pg browser lint fmt bench bench-go bench-e2e bench-river bench-maint fuzz cover demo demo-pg clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,7 +33,7 @@ bench-bins: ## build bench's floor (as bin/cq is built) and spawn reference into
 	$(GOBUILD) -o $(BIN)/floor ./bench/floor || $(GO) build -o $(BIN)/floor ./bench/floor
 	$(GO) build -o $(BIN)/spawnref ./bench/spawnref
 
-test: lint ## lint, then every test with -race -shuffle=on, on SQLite and then on PostgreSQL
+test: lint browser ## lint, then every test with -race -shuffle=on, on SQLite and then on PostgreSQL
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory test-pg
 
@@ -42,6 +42,16 @@ test: lint ## lint, then every test with -race -shuffle=on, on SQLite and then o
 # $CQ_TEST_PG_URL, else the local one; with neither, they skip saying so.
 test-pg: ## run the backend-chosen tests on PostgreSQL
 	CQ_TEST_DB=postgres $(GO) test -race -shuffle=on -count=1 -timeout 30m ./cmd/... ./internal/...
+
+# The dashboard's browser test drives Debian's Chromium: installed here
+# when it is missing and this user can (root, with apt-get); elsewhere the
+# test skips, saying so.
+browser: ## install Chromium for the dashboard's browser test, where possible
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; } && \
+		echo "installed chromium for the dashboard's browser test"; } || \
+		echo "chromium is not installed (needs root and apt-get): the dashboard's browser test will skip"
 
 lint: $(GOLANGCI) ## run golangci-lint (installed into ./bin at a pinned version)
 	$(GOLANGCI) run ./...

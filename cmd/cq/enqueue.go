@@ -456,11 +456,18 @@ func resolveAfter(ctx context.Context, st *queue.Store, sp *queue.Spec) error {
 // spec's own error rather than its batch line's, and the key's holder on
 // stdout for a unique-key conflict.
 func createErr(app *App, err error) error {
+	err = oneSpecErr(err)
+	printHolder(app, err)
+	return err
+}
+
+// oneSpecErr is the error of Create for one spec: the spec's own error
+// rather than its batch line's.
+func oneSpecErr(err error) error {
 	var le *queue.LineError
 	if errors.As(err, &le) {
-		err = le.Err
+		return le.Err
 	}
-	printHolder(app, err)
 	return err
 }
 
@@ -504,33 +511,9 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	if err != nil {
 		return err
 	}
-	var specs []queue.Spec
-	var lineNo []int
-	r := bufio.NewReaderSize(in, 1<<16)
-	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			sp, perr := queue.ParseSpecJSON(line)
-			if perr == nil {
-				if sp.Cwd == "" {
-					sp.Cwd = here
-				} else if !filepath.IsAbs(sp.Cwd) {
-					sp.Cwd = filepath.Join(here, sp.Cwd)
-				}
-				sp, perr = sp.Normalize()
-			}
-			if perr != nil {
-				return &queue.Error{Kind: queue.KindOf(perr), Msg: fmt.Sprintf("line %d: %v", n, perr)}
-			}
-			specs = append(specs, sp)
-			lineNo = append(lineNo, n)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	specs, lineNo, err := readSpecLines(in, here)
+	if err != nil {
+		return err
 	}
 	if len(specs) == 0 {
 		return printCreated(app, nil, true)
@@ -549,11 +532,8 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	res, err := st.Create(cmd.Context(), specs, opt)
 	bar.finish(err == nil)
 	if err != nil {
-		var le *queue.LineError
-		if errors.As(err, &le) {
-			printHolder(app, le.Err)
-			return &queue.Error{Kind: queue.KindOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
-		}
+		err = batchErr(err, lineNo)
+		printHolder(app, err)
 		return err
 	}
 	if err := printCreated(app, res, true); err != nil {
@@ -561,6 +541,64 @@ func enqueueBatch(cmd *cobra.Command, app *App, file string) error {
 	}
 	hintNoWorker(cmd.Context(), app, st, res)
 	return nil
+}
+
+// readSpecLines reads one JSONL spec per line of in (blank lines are
+// skipped), as --batch and cq serve's POST /tasks do: each parsed by
+// parseSpecLine, returned with its line number. A bad line is a
+// *queue.Error of its kind saying "line N: …".
+func readSpecLines(in io.Reader, here string) (specs []queue.Spec, lineNo []int, err error) {
+	r := bufio.NewReaderSize(in, 1<<16)
+	for n := 1; ; n++ {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			sp, perr := parseSpecLine(line, here)
+			if perr != nil {
+				return nil, nil, &queue.Error{Kind: queue.KindOf(perr), Msg: fmt.Sprintf("line %d: %v", n, perr)}
+			}
+			specs = append(specs, sp)
+			lineNo = append(lineNo, n)
+		}
+		if err == io.EOF {
+			return specs, lineNo, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// parseSpecLine is one JSONL spec, parsed strictly, its cwd made
+// absolute (default here, the reader's working folder; a relative one
+// is taken from here), normalised.
+func parseSpecLine(line []byte, here string) (queue.Spec, error) {
+	sp, err := queue.ParseSpecJSON(line)
+	if err != nil {
+		return sp, err
+	}
+	if sp.Cwd == "" {
+		sp.Cwd = here
+	} else if !filepath.IsAbs(sp.Cwd) {
+		sp.Cwd = filepath.Join(here, sp.Cwd)
+	}
+	return sp.Normalize()
+}
+
+// batchErr is the error of Create for specs read by readSpecLines, as
+// --batch reports it: a failed spec as "line N: …" (N its line in the
+// input) of the spec's kind, keeping the key's holder of a unique-key
+// conflict (Existing); any other error as it is.
+func batchErr(err error, lineNo []int) error {
+	var le *queue.LineError
+	if !errors.As(err, &le) {
+		return err
+	}
+	out := &queue.Error{Kind: queue.KindOf(le.Err), Msg: fmt.Sprintf("line %d: %v", lineNo[le.Line-1], le.Err)}
+	var qe *queue.Error
+	if errors.As(le.Err, &qe) {
+		out.Existing, out.ExistingState = qe.Existing, qe.ExistingState
+	}
+	return out
 }
 
 // enqueueSpool appends one spec to the spool without opening the

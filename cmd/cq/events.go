@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -44,57 +45,79 @@ func newEventsCmd(app *App) *cobra.Command {
 				return app.eventsTable(cmd, st, since)
 			}
 			w := bufio.NewWriter(app.Stdout)
-			tick := time.NewTicker(followPoll)
-			defer tick.Stop()
-			for {
-				evs, err := st.Events(ctx, since, 1000)
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					return err
+			emit := func(e queue.Event) error {
+				var err error
+				if app.Quiet {
+					// -q: an event's id is its seq.
+					_, err = fmt.Fprintln(w, e.Seq)
+				} else {
+					err = writeJSONLine(w, e)
 				}
-				for _, e := range evs {
-					if app.Quiet {
-						// -q: an event's id is its seq.
-						_, err = fmt.Fprintln(w, e.Seq)
-					} else {
-						err = writeJSONLine(w, e)
-					}
-					if err != nil {
-						return err
-					}
-					since = e.Seq
-					if follow {
-						// Flushed per line so a consumer sees each event at once.
-						if err := w.Flush(); err != nil {
-							return err
-						}
-					}
+				if err == nil && follow {
+					// Flushed per line so a consumer sees each event at once.
+					err = w.Flush()
 				}
-				if len(evs) == 1000 {
-					continue
-				}
-				if err := w.Flush(); err != nil {
-					return err
-				}
-				if !follow {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
-				}
+				return err
+			}
+			return followEvents(ctx, st, since, follow, emit, w.Flush, func() error {
 				if outputGone(app.Stdout) {
 					return errOutputGone
 				}
-			}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&since, "since", 0, "print events with seq greater than SEQ")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep streaming new events")
 	return cmd
+}
+
+// eventsPage is how many events one read of the log returns at most.
+const eventsPage = 1000
+
+// followEvents is the loop of cq events and of GET /events (serve_events.go):
+// it passes each event with seq > since to emit, in seq order, reading the
+// log a page at a time, and calls flush once it has passed the last event
+// there is. Without follow it then returns; with follow it looks again
+// every followPoll, calling idle before each look (an error of idle ends
+// it), until ctx is done, which ends it with nil. A follower restarted
+// from the last seq it was given gets every later event once: seqs grow
+// in commit order on every backend (docs/store.md).
+func followEvents(ctx context.Context, st *queue.Store, since int64, follow bool, emit func(queue.Event) error, flush, idle func() error) error {
+	tick := time.NewTicker(followPoll)
+	defer tick.Stop()
+	for {
+		evs, err := st.Events(ctx, since, eventsPage)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, e := range evs {
+			if err := emit(e); err != nil {
+				return err
+			}
+			since = e.Seq
+		}
+		if len(evs) == eventsPage {
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if err := idle(); err != nil {
+			return err
+		}
+	}
 }
 
 // eventsTable prints the events after since as a table: -o table asks
@@ -108,7 +131,7 @@ func (a *App) eventsTable(cmd *cobra.Command, st *queue.Store, since int64) erro
 		return *s
 	}
 	for {
-		evs, err := st.Events(cmd.Context(), since, 1000)
+		evs, err := st.Events(cmd.Context(), since, eventsPage)
 		if err != nil {
 			return err
 		}
@@ -120,7 +143,7 @@ func (a *App) eventsTable(cmd *cobra.Command, st *queue.Store, since int64) erro
 			rows = append(rows, []string{strconv.FormatInt(e.Seq, 10), e.At, e.Kind, opt(e.TaskID), opt(e.RunID), move, opt(e.Reason)})
 			since = e.Seq
 		}
-		if len(evs) < 1000 {
+		if len(evs) < eventsPage {
 			break
 		}
 	}

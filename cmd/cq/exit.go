@@ -77,6 +77,12 @@ func report(w io.Writer, err error) {
 	if errors.As(err, &ee) && ee.silent {
 		return
 	}
+	fmt.Fprintln(w, "cq: "+errorText(err))
+}
+
+// errorText is err as one line, as cq reports it (without the "cq: "):
+// on stderr, and in cq serve's JSON errors.
+func errorText(err error) string {
 	// A refused file says all there is in its own message (the path,
 	// what it is, the rule); what was being done when it was met adds
 	// nothing a user can act on.
@@ -84,7 +90,7 @@ func report(w io.Writer, err error) {
 	if errors.As(err, &ue) {
 		err = ue
 	}
-	fmt.Fprintln(w, "cq: "+oneLine(err.Error()))
+	return oneLine(err.Error())
 }
 
 // oneLine is msg as one line of stderr: a reason or a path given by a

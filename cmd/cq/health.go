@@ -11,6 +11,7 @@ import (
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/cq-dev/cq/internal/store/sqlite"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of cq health (the Nagios convention).
@@ -33,35 +34,11 @@ cron line writing a textfile-collector file never leaves it stale: a store
 it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if th.HeartbeatMaxAge, err = queue.ParseDuration(heartbeatAge); err != nil {
-				return usageErr("--heartbeat-max-age: %v", err)
+			if err := setThresholdTimes(&th, heartbeatAge, window); err != nil {
+				return err
 			}
-			if th.Window, err = queue.ParseDuration(window); err != nil || th.Window <= 0 {
-				return usageErr("--window: want a positive duration")
-			}
-			for _, c := range []struct {
-				name string
-				v    float64
-			}{{"success-degraded", th.SuccessDegraded}, {"success-unhealthy", th.SuccessUnhealthy}} {
-				if c.v < 0 || c.v > 1 {
-					return usageErr("--%s is a rate: want 0 to 1", c.name)
-				}
-			}
-			for _, c := range []struct {
-				name string
-				v    int
-			}{{"backlog-degraded", th.BacklogDegraded}, {"backlog-unhealthy", th.BacklogUnhealthy},
-				{"blocked-degraded", th.BlockedDegraded}, {"blocked-unhealthy", th.BlockedUnhealthy}, {"failed-degraded", th.FailedDegraded}} {
-				if c.v < 0 {
-					return usageErr("--%s is a count: want 0 or more", c.name)
-				}
-			}
-			if th.HeartbeatMaxAge < 0 {
-				return usageErr("--heartbeat-max-age must not be negative")
-			}
-			if th.SuccessUnhealthy > th.SuccessDegraded || th.BacklogDegraded > th.BacklogUnhealthy || th.BlockedDegraded > th.BlockedUnhealthy {
-				return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
+			if err := checkThresholds(th); err != nil {
+				return err
 			}
 			st, err := app.ReadStore(cmd.Context())
 			var bad *exitErr
@@ -116,7 +93,13 @@ it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
+	thresholdFlags(cmd.Flags(), &th, &heartbeatAge, &window)
+	return cmd
+}
+
+// thresholdFlags registers cq health's threshold flags on f, with th's
+// values as defaults (cq serve reads GET /health's parameters with them).
+func thresholdFlags(f *pflag.FlagSet, th *queue.Thresholds, heartbeatAge, window *string) {
 	f.Float64Var(&th.SuccessDegraded, "success-degraded", th.SuccessDegraded, "success rate at or below this is degraded")
 	f.Float64Var(&th.SuccessUnhealthy, "success-unhealthy", th.SuccessUnhealthy, "success rate below this is unhealthy")
 	f.IntVar(&th.BacklogDegraded, "backlog-degraded", th.BacklogDegraded, "backlog at or above this is degraded")
@@ -124,9 +107,50 @@ it cannot read gives cq_health_status 3 and cq_store_readable 0.`,
 	f.IntVar(&th.BlockedDegraded, "blocked-degraded", th.BlockedDegraded, "tasks blocked for retry at or above this is degraded")
 	f.IntVar(&th.BlockedUnhealthy, "blocked-unhealthy", th.BlockedUnhealthy, "tasks blocked for retry above this is unhealthy")
 	f.IntVar(&th.FailedDegraded, "failed-degraded", th.FailedDegraded, "failed or timed-out runs in the window at or above this is degraded")
-	f.StringVar(&heartbeatAge, "heartbeat-max-age", "5m", "a last heartbeat this old or older is unhealthy")
-	f.StringVar(&window, "window", "24h", "the window for run figures")
-	return cmd
+	f.StringVar(heartbeatAge, "heartbeat-max-age", "5m", "a last heartbeat this old or older is unhealthy")
+	f.StringVar(window, "window", "24h", "the window for run figures")
+}
+
+// setThresholdTimes sets the thresholds' heartbeat age and window from
+// the values of --heartbeat-max-age and --window.
+func setThresholdTimes(th *queue.Thresholds, heartbeatAge, window string) error {
+	var err error
+	if th.HeartbeatMaxAge, err = queue.ParseDuration(heartbeatAge); err != nil {
+		return usageErr("--heartbeat-max-age: %v", err)
+	}
+	if th.Window, err = queue.ParseDuration(window); err != nil || th.Window <= 0 {
+		return usageErr("--window: want a positive duration")
+	}
+	return nil
+}
+
+// checkThresholds refuses thresholds that cannot be (cq health's flags,
+// cq serve's GET /health and /metrics parameters), naming the flag.
+func checkThresholds(th queue.Thresholds) error {
+	for _, c := range []struct {
+		name string
+		v    float64
+	}{{"success-degraded", th.SuccessDegraded}, {"success-unhealthy", th.SuccessUnhealthy}} {
+		if c.v < 0 || c.v > 1 {
+			return usageErr("--%s is a rate: want 0 to 1", c.name)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"backlog-degraded", th.BacklogDegraded}, {"backlog-unhealthy", th.BacklogUnhealthy},
+		{"blocked-degraded", th.BlockedDegraded}, {"blocked-unhealthy", th.BlockedUnhealthy}, {"failed-degraded", th.FailedDegraded}} {
+		if c.v < 0 {
+			return usageErr("--%s is a count: want 0 or more", c.name)
+		}
+	}
+	if th.HeartbeatMaxAge < 0 {
+		return usageErr("--heartbeat-max-age must not be negative")
+	}
+	if th.SuccessUnhealthy > th.SuccessDegraded || th.BacklogDegraded > th.BacklogUnhealthy || th.BlockedDegraded > th.BlockedUnhealthy {
+		return usageErr("each unhealthy threshold must be at least as bad as its degraded one")
+	}
+	return nil
 }
 
 func (a *App) printHealth(h *queue.Health) error {

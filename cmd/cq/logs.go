@@ -60,96 +60,15 @@ without that run.`,
 			if err != nil {
 				return err
 			}
-			// With --follow, wait for the run to exist; without, or once
-			// the task has ended (no run comes after), it is not found.
-			var r queue.Run
-			for {
-				runs := *t.Runs
-				n := len(runs)
-				if cmd.Flags().Changed("run") {
-					n = runN
-				}
-				if n >= 1 && n <= len(runs) {
-					r = runs[n-1]
-					break
-				}
-				missing := "no run yet"
-				if cmd.Flags().Changed("run") {
-					missing = "no run " + itoa(runN)
-				}
-				if follow && queue.TaskTerminal(t.State) {
-					return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " ended " + t.State + " with " + missing}
-				}
-				if !follow {
-					return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " has " + missing}
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(waitPoll):
-				}
-				if outputGone(app.Stdout) {
-					return errOutputGone
-				}
-				if t, err = st.Get(ctx, t.ID); err != nil {
-					return err
-				}
-			}
 			home, _ := app.Home()
-			dir := filepath.Join(home, "runs", r.ID)
-			if !exists(dir) {
-				// Not this host's run, maybe: its end kept in the store.
-				done, err := printKept(ctx, app, st, r.ID, stderr, both, follow, tail)
-				if done || err != nil {
-					return err
-				}
-			}
-			var files []*logFile
-			switch {
-			case both:
-				files = []*logFile{{path: filepath.Join(dir, "stdout.log")}, {path: filepath.Join(dir, "stderr.log")}}
-			case stderr:
-				files = []*logFile{{path: filepath.Join(dir, "stderr.log")}}
-			default:
-				files = []*logFile{{path: filepath.Join(dir, "stdout.log")}}
-			}
-			for {
-				// Read the state before the files, so the last bytes
-				// written before the run ended are always printed.
-				state, err := st.RunState(ctx, r.ID)
-				if err != nil {
-					return err
-				}
-				last := !follow || queue.RunTerminal(state)
-				for _, f := range files {
-					err := f.print(app.Stdout, tail, both, last)
-					if errors.Is(err, os.ErrNotExist) {
-						// Nothing written yet, or a run that never started
-						// (its spawn failed, it timed out queued): no
-						// output. A started run had its folder made before
-						// its process: one gone since was deleted, and
-						// printing nothing would pass for empty output.
-						if r.StartedAt != nil && !exists(dir) {
-							return &queue.Error{Kind: queue.NotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + dir}
-						}
-						err = nil
-					}
-					if err != nil {
-						return err
-					}
-				}
-				if last {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(waitPoll):
-				}
-				if outputGone(app.Stdout) {
-					return errOutputGone
-				}
-			}
+			o := logsOpts{run: runN, stderr: stderr, both: both, follow: follow, tail: tail}
+			return printLogs(ctx, st, home, t, o, logsOut{
+				w: app.Stdout,
+				note: func(msg string) {
+					fmt.Fprintln(app.Stderr, "cq: "+msg)
+				},
+				gone: func() bool { return outputGone(app.Stdout) },
+			})
 		},
 	}
 	cmd.Flags().IntVar(&runN, "run", 0, "the run with this attempt number (default the latest)")
@@ -158,6 +77,137 @@ without that run.`,
 	cmd.Flags().IntVar(&tail, "tail", 0, "print only the last N lines (of each stream with --both)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends (wait for the run if it has not started)")
 	return cmd
+}
+
+// logsOpts are what cq logs prints (GET /tasks/{id}/logs too).
+type logsOpts struct {
+	run                  int // the attempt number; 0: the latest run
+	stderr, both, follow bool
+	tail                 int // the last lines to print; -1: all
+}
+
+// logsOut is where printLogs prints.
+type logsOut struct {
+	w io.Writer
+	// note tells of output cut (a run of another host): cq logs says it
+	// on stderr.
+	note func(msg string)
+	// gone reports that w's reader has gone, ending a follow with
+	// errOutputGone; nil: never.
+	gone func() bool
+	// flush, when set, is called after each look of a follow at the
+	// output, and once it is printed.
+	flush func() error
+}
+
+func (o logsOut) isGone() bool { return o.gone != nil && o.gone() }
+
+func (o logsOut) flushed() error {
+	if o.flush == nil {
+		return nil
+	}
+	return o.flush()
+}
+
+// printLogs prints the output of task t's run that o names, as cq logs
+// does (GET /tasks/{id}/logs too): the run's files in home's runs folder,
+// or, for a run of another host, the end of its output kept in the store.
+// With o.follow it first waits for the run, then prints until the run
+// ends; ctx done ends it with nil.
+func printLogs(ctx context.Context, st *queue.Store, home string, t *queue.Task, o logsOpts, out logsOut) error {
+	// With --follow, wait for the run to exist; without, or once the task
+	// has ended (no run comes after), it is not found.
+	var r queue.Run
+	for {
+		runs := *t.Runs
+		n := len(runs)
+		if o.run > 0 {
+			n = o.run
+		}
+		if n >= 1 && n <= len(runs) {
+			r = runs[n-1]
+			break
+		}
+		missing := "no run yet"
+		if o.run > 0 {
+			missing = "no run " + itoa(o.run)
+		}
+		if o.follow && queue.TaskTerminal(t.State) {
+			return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " ended " + t.State + " with " + missing}
+		}
+		if !o.follow {
+			return &queue.Error{Kind: queue.NotFound, Msg: "task " + t.ID + " has " + missing}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(waitPoll):
+		}
+		if out.isGone() {
+			return errOutputGone
+		}
+		var err error
+		if t, err = st.Get(ctx, t.ID); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(home, "runs", r.ID)
+	if !exists(dir) {
+		// Not this host's run, maybe: its end kept in the store.
+		done, err := printKept(ctx, st, r.ID, o, out)
+		if done || err != nil {
+			return err
+		}
+	}
+	var files []*logFile
+	switch {
+	case o.both:
+		files = []*logFile{{path: filepath.Join(dir, "stdout.log")}, {path: filepath.Join(dir, "stderr.log")}}
+	case o.stderr:
+		files = []*logFile{{path: filepath.Join(dir, "stderr.log")}}
+	default:
+		files = []*logFile{{path: filepath.Join(dir, "stdout.log")}}
+	}
+	for {
+		// Read the state before the files, so the last bytes written
+		// before the run ended are always printed.
+		state, err := st.RunState(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		last := !o.follow || queue.RunTerminal(state)
+		for _, f := range files {
+			err := f.print(out.w, o.tail, o.both, last)
+			if errors.Is(err, os.ErrNotExist) {
+				// Nothing written yet, or a run that never started (its
+				// spawn failed, it timed out queued): no output. A
+				// started run had its folder made before its process:
+				// one gone since was deleted, and printing nothing would
+				// pass for empty output.
+				if r.StartedAt != nil && !exists(dir) {
+					return &queue.Error{Kind: queue.NotFound, Msg: "the output of run " + r.ID + " is gone: no folder " + dir}
+				}
+				err = nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := out.flushed(); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(waitPoll):
+		}
+		if out.isGone() {
+			return errOutputGone
+		}
+	}
 }
 
 // logFile is one output file of a run being printed.
@@ -297,17 +347,17 @@ func exists(path string) bool {
 // printKept prints the end of run id's output that the store keeps (a
 // run of another host, where hosts share the store), as cq logs prints
 // the files: stdout, stderr, or both (stdout's lines, then stderr's), the
-// last tail lines of each (tail < 0: all). With follow it waits for the
-// run to end first. It reports false, having printed nothing, when the
-// store keeps none (the run is this host's, or did not end on a worker
-// that keeps output).
-func printKept(ctx context.Context, app *App, st *queue.Store, id string, stderr, both, follow bool, tail int) (bool, error) {
+// last o.tail lines of each (o.tail < 0: all). With o.follow it waits for
+// the run to end first. It reports false, having printed nothing, when
+// the store keeps none (the run is this host's, or did not end on a
+// worker that keeps output).
+func printKept(ctx context.Context, st *queue.Store, id string, o logsOpts, out logsOut) (bool, error) {
 	for {
-		o, err := st.RunOutput(ctx, id)
+		k, err := st.RunOutput(ctx, id)
 		if err != nil {
 			return false, err
 		}
-		if o != nil {
+		if k != nil {
 			type stream struct {
 				data []byte
 				size int64
@@ -315,12 +365,12 @@ func printKept(ctx context.Context, app *App, st *queue.Store, id string, stderr
 			}
 			var ss []stream
 			switch {
-			case both:
-				ss = []stream{{o.Stdout, o.StdoutSize, "stdout"}, {o.Stderr, o.StderrSize, "stderr"}}
-			case stderr:
-				ss = []stream{{o.Stderr, o.StderrSize, "stderr"}}
+			case o.both:
+				ss = []stream{{k.Stdout, k.StdoutSize, "stdout"}, {k.Stderr, k.StderrSize, "stderr"}}
+			case o.stderr:
+				ss = []stream{{k.Stderr, k.StderrSize, "stderr"}}
 			default:
-				ss = []stream{{o.Stdout, o.StdoutSize, "stdout"}}
+				ss = []stream{{k.Stdout, k.StdoutSize, "stdout"}}
 			}
 			for _, s := range ss {
 				data := s.data
@@ -331,21 +381,21 @@ func printKept(ctx context.Context, app *App, st *queue.Store, id string, stderr
 						data = data[i+1:]
 					}
 				}
-				if tail >= 0 {
-					data = lastLines(data, tail)
+				if o.tail >= 0 {
+					data = lastLines(data, o.tail)
 				}
-				if _, err := app.Stdout.Write(data); err != nil {
+				if _, err := out.w.Write(data); err != nil {
 					return true, err
 				}
 				if cut {
-					fmt.Fprintf(app.Stderr, "cq: run %s's %s is cut to its last %d bytes here; the whole of it (%d bytes) is on host %s, in its home's runs/%s\n",
-						id, s.name, len(data), s.size, o.Host, id)
+					out.note(fmt.Sprintf("run %s's %s is cut to its last %d bytes here; the whole of it (%d bytes) is on host %s, in its home's runs/%s",
+						id, s.name, len(data), s.size, k.Host, id))
 				}
 			}
-			return true, nil
+			return true, out.flushed()
 		}
 		state, err := st.RunState(ctx, id)
-		if err != nil || !follow || queue.RunTerminal(state) {
+		if err != nil || !o.follow || queue.RunTerminal(state) {
 			return false, err
 		}
 		select {
@@ -353,7 +403,7 @@ func printKept(ctx context.Context, app *App, st *queue.Store, id string, stderr
 			return true, nil
 		case <-time.After(waitPoll):
 		}
-		if outputGone(app.Stdout) {
+		if out.isGone() {
 			return true, errOutputGone
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cq-dev/cq/internal/queue"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newLsCmd(app *App) *cobra.Command {
@@ -20,16 +21,8 @@ func newLsCmd(app *App) *cobra.Command {
 		Short: "List tasks, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, s := range f.States {
-				if !queue.ValidTaskState(s) {
-					return usageErr("--state: unknown state %q (want one of %s)", s, strings.Join(queue.TaskStates, ", "))
-				}
-			}
-			if f.Limit < 0 {
-				return usageErr("--limit must be 0 (all) or more")
-			}
-			if f.Queue != "" && !queue.ValidQueueName(f.Queue) {
-				return usageErr("--queue: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
+			if err := checkListFilter(f); err != nil {
+				return err
 			}
 			st, err := app.ReadStore(cmd.Context())
 			if err != nil {
@@ -50,11 +43,34 @@ func newLsCmd(app *App) *cobra.Command {
 			return app.noteLeftOut(cmd.Context(), st, f, len(tasks))
 		},
 	}
-	cmd.Flags().StringSliceVar(&f.States, "state", nil, "only tasks in this state (repeatable)")
-	cmd.Flags().StringVar(&f.Queue, "queue", "", "only tasks of this queue")
-	cmd.Flags().StringVar(&f.Key, "key", "", "only tasks with this key")
-	cmd.Flags().IntVar(&f.Limit, "limit", 50, "at most N tasks (0 = all)")
+	listFlags(cmd.Flags(), &f)
 	return cmd
+}
+
+// listFlags registers cq ls's filter flags on fs (cq serve reads GET
+// /tasks's parameters with them).
+func listFlags(fs *pflag.FlagSet, f *queue.ListFilter) {
+	fs.StringSliceVar(&f.States, "state", nil, "only tasks in this state (repeatable)")
+	fs.StringVar(&f.Queue, "queue", "", "only tasks of this queue")
+	fs.StringVar(&f.Key, "key", "", "only tasks with this key")
+	fs.IntVar(&f.Limit, "limit", 50, "at most N tasks (0 = all)")
+}
+
+// checkListFilter refuses the filter values cq ls refuses (cq serve's
+// GET /tasks takes the same).
+func checkListFilter(f queue.ListFilter) error {
+	for _, s := range f.States {
+		if !queue.ValidTaskState(s) {
+			return usageErr("--state: unknown state %q (want one of %s)", s, strings.Join(queue.TaskStates, ", "))
+		}
+	}
+	if f.Limit < 0 {
+		return usageErr("--limit must be 0 (all) or more")
+	}
+	if f.Queue != "" && !queue.ValidQueueName(f.Queue) {
+		return usageErr("--queue: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
+	}
+	return nil
 }
 
 func (a *App) printTasks(tasks []*queue.Task) error {
@@ -122,11 +138,6 @@ func taskRow(t *queue.Task) []string {
 // as the store yields them, so that memory stays flat however many.
 func (a *App) streamTasks(ctx context.Context, st *queue.Store, f queue.ListFilter) error {
 	w := bufio.NewWriterSize(a.Stdout, 64<<10)
-	n := 0
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("  ", "  ")
 	var each func(*queue.Task) error
 	switch {
 	case a.Quiet:
@@ -135,22 +146,7 @@ func (a *App) streamTasks(ctx context.Context, st *queue.Store, f queue.ListFilt
 		}
 		return w.Flush()
 	case a.format() == "json":
-		each = func(t *queue.Task) error {
-			// What writeJSON prints for the whole array, element by
-			// element.
-			buf.Reset()
-			if err := enc.Encode(t); err != nil {
-				return err
-			}
-			sep := ",\n  "
-			if n == 0 {
-				sep = "[\n  "
-			}
-			n++
-			w.WriteString(sep)
-			_, err := w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
-			return err
-		}
+		return streamTaskArray(ctx, st, f, w)
 	case a.format() == "jsonl":
 		each = func(t *queue.Task) error { return writeJSONLine(w, t) }
 	default:
@@ -160,12 +156,41 @@ func (a *App) streamTasks(ctx context.Context, st *queue.Store, f queue.ListFilt
 	if err := st.ListEach(ctx, f, each); err != nil {
 		return err
 	}
-	if a.format() == "json" && !a.Quiet {
-		if n == 0 {
-			w.WriteString("[]\n")
-		} else {
-			w.WriteString("\n]\n")
+	return w.Flush()
+}
+
+// streamTaskArray writes every task the filter selects to w as the JSON
+// array cq ls -o json prints, one task at a time as the store yields
+// them, and flushes w.
+func streamTaskArray(ctx context.Context, st *queue.Store, f queue.ListFilter, w *bufio.Writer) error {
+	n := 0
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("  ", "  ")
+	err := st.ListEach(ctx, f, func(t *queue.Task) error {
+		// What writeJSON prints for the whole array, element by
+		// element.
+		buf.Reset()
+		if err := enc.Encode(t); err != nil {
+			return err
 		}
+		sep := ",\n  "
+		if n == 0 {
+			sep = "[\n  "
+		}
+		n++
+		w.WriteString(sep)
+		_, err := w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		w.WriteString("[]\n")
+	} else {
+		w.WriteString("\n]\n")
 	}
 	return w.Flush()
 }

@@ -14,6 +14,15 @@ import (
 // stateOp is the shape of every per-task operation of the store.
 type stateOp func(ctx context.Context, ref, reason string) (id, state string, err error)
 
+// taskOps are the per-task operations of cq cancel, retry, hold and
+// release, by name: cq serve's POST /tasks/{id}/NAME runs the same.
+var taskOps = map[string]func(st *queue.Store) stateOp{
+	"cancel":  func(st *queue.Store) stateOp { return st.Cancel },
+	"retry":   func(st *queue.Store) stateOp { return st.Retry },
+	"hold":    func(st *queue.Store) stateOp { return st.Hold },
+	"release": func(st *queue.Store) stateOp { return st.Release },
+}
+
 // newTaskOpCmd builds cancel, retry, hold and release: several ids, each
 // handled on its own (docs/commands.md, Exit codes).
 func newTaskOpCmd(app *App, use, short string, op func(st *queue.Store) stateOp) *cobra.Command {
@@ -66,11 +75,11 @@ func (a *App) printOutcome(id, state string) error {
 }
 
 func newCancelCmd(app *App) *cobra.Command {
-	return newTaskOpCmd(app, "cancel", "Cancel tasks (a running one is stopped by its worker)", func(st *queue.Store) stateOp { return st.Cancel })
+	return newTaskOpCmd(app, "cancel", "Cancel tasks (a running one is stopped by its worker)", taskOps["cancel"])
 }
 
 func newRetryCmd(app *App) *cobra.Command {
-	cmd := newTaskOpCmd(app, "retry", "Retry failed or cancelled tasks, or start a backing-off one now", func(st *queue.Store) stateOp { return st.Retry })
+	cmd := newTaskOpCmd(app, "retry", "Retry failed or cancelled tasks, or start a backing-off one now", taskOps["retry"])
 	var deps bool
 	plain := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -88,11 +97,11 @@ func newRetryCmd(app *App) *cobra.Command {
 }
 
 func newHoldCmd(app *App) *cobra.Command {
-	return newTaskOpCmd(app, "hold", "Hold tasks until cq release", func(st *queue.Store) stateOp { return st.Hold })
+	return newTaskOpCmd(app, "hold", "Hold tasks until cq release", taskOps["hold"])
 }
 
 func newReleaseCmd(app *App) *cobra.Command {
-	return newTaskOpCmd(app, "release", "Remove the hold from tasks", func(st *queue.Store) stateOp { return st.Release })
+	return newTaskOpCmd(app, "release", "Remove the hold from tasks", taskOps["release"])
 }
 
 func newSetStateCmd(app *App) *cobra.Command {

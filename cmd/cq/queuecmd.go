@@ -74,47 +74,12 @@ func newQueueSetCmd(app *App) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var set queue.QueueSettings
 			fl := cmd.Flags()
-			ints := map[string]struct {
-				v   *int
-				dst **int
-			}{
-				"concurrency": {&conc, &set.Concurrency}, "retries": {&retries, &set.Retries},
-				"transient-retries": {&transient, &set.TransientRetries}, "timeout-retries": {&timeoutRetries, &set.TimeoutRetries},
-			}
-			for name, p := range ints {
+			for _, name := range queueSettingNames {
 				if fl.Changed(name) {
-					v := *p.v
-					*p.dst = &v
-				}
-			}
-			durs := map[string]struct {
-				v   *string
-				dst **time.Duration
-			}{
-				"backoff": {&backoff, &set.Backoff}, "timeout": {&timeout, &set.Timeout},
-				"start-timeout": {&startTimeout, &set.StartTimeout}, "warn-after": {&warnAfter, &set.WarnAfter},
-			}
-			for name, p := range durs {
-				if fl.Changed(name) {
-					d, err := queue.ParseDuration(*p.v)
-					if err != nil {
+					if err := setQueueSetting(&set, name, fl.Lookup(name).Value.String()); err != nil {
 						return usageErr("--%s: %v", name, err)
 					}
-					*p.dst = &d
 				}
-			}
-			if fl.Changed("timeout-counts-asks") {
-				// A string, not a bool flag: a bool flag would read
-				// --timeout-counts-asks false as true and a second queue name.
-				var v bool
-				switch countsAsks {
-				case "true":
-					v = true
-				case "false":
-				default:
-					return usageErr("--timeout-counts-asks: %q is neither true nor false", countsAsks)
-				}
-				set.TimeoutCountsAsks = &v
 			}
 			st, err := app.Store(cmd.Context())
 			if err != nil {
@@ -189,6 +154,66 @@ func newQueueClearCmd(app *App) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// queueSettingNames are the settings of cq queue set, by flag name. cq
+// serve's POST /queues/{name} takes the same, also with _ for - (the
+// names of cq queue ls -o json).
+var queueSettingNames = []string{"concurrency", "retries", "backoff", "transient-retries", "timeout-retries",
+	"timeout", "start-timeout", "warn-after", "timeout-counts-asks"}
+
+// setQueueSetting sets the setting name (one of queueSettingNames) to
+// value, as cq queue set's flag gives it, in set. Its error does not name
+// the setting.
+func setQueueSetting(set *queue.QueueSettings, name, value string) error {
+	whole := func(dst **int) error {
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return fmt.Errorf("%q: want a whole number", value)
+		}
+		*dst = &n
+		return nil
+	}
+	dur := func(dst **time.Duration) error {
+		d, err := queue.ParseDuration(value)
+		if err != nil {
+			return err
+		}
+		*dst = &d
+		return nil
+	}
+	switch name {
+	case "concurrency":
+		return whole(&set.Concurrency)
+	case "retries":
+		return whole(&set.Retries)
+	case "transient-retries":
+		return whole(&set.TransientRetries)
+	case "timeout-retries":
+		return whole(&set.TimeoutRetries)
+	case "backoff":
+		return dur(&set.Backoff)
+	case "timeout":
+		return dur(&set.Timeout)
+	case "start-timeout":
+		return dur(&set.StartTimeout)
+	case "warn-after":
+		return dur(&set.WarnAfter)
+	case "timeout-counts-asks":
+		// A string, not a bool flag: a bool flag would read
+		// --timeout-counts-asks false as true and a second queue name.
+		var v bool
+		switch value {
+		case "true":
+			v = true
+		case "false":
+		default:
+			return fmt.Errorf("%q is neither true nor false", value)
+		}
+		set.TimeoutCountsAsks = &v
+		return nil
+	}
+	return fmt.Errorf("unknown setting %q", name)
 }
 
 // settingGiven reports whether a flag other than the global ones was set.

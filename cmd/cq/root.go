@@ -50,11 +50,12 @@ var commands = map[string]func(*App) *cobra.Command{
 	"send":      newSendCmd,
 	"recv":      newRecvCmd,
 	"progress":  newProgressCmd,
+	"serve":     newServeCmd,
 }
 
 var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "clone", "hold", "release", "queue",
 	"events", "heartbeat", "worker", "workers", "wait", "logs", "health", "cleanup", "state",
-	"ask", "answer", "asks", "send", "recv", "progress"}
+	"ask", "answer", "asks", "send", "recv", "progress", "serve"}
 
 // commandWord is the command a command line names: its first word that is
 // neither a global flag nor a global flag's value; "" when it cannot tell

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,11 +34,8 @@ the events that follow are not filtered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("queue") {
-				if f.Queue == "" {
-					return usageErr("--queue is empty (leave it out for every queue)")
-				}
-				if !queue.ValidQueueName(f.Queue) {
-					return usageErr("--queue: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", f.Queue)
+				if err := checkStateQueue(f.Queue, "--queue"); err != nil {
+					return err
 				}
 			}
 			st, err := app.ReadStore(cmd.Context())
@@ -52,14 +50,34 @@ the events that follow are not filtered.`,
 				// as scripts read it.
 				return app.stateTable(cmd, st, f)
 			}
-			return writeState(app.Stdout, app.Output == "jsonl", func(head func(*queue.State) error, each func(*queue.Task) error) error {
-				return st.StateEach(cmd.Context(), f, head, each)
-			})
+			return writeStoreState(cmd.Context(), app.Stdout, app.Output == "jsonl", st, f)
 		},
 	}
 	cmd.Flags().BoolVar(&f.All, "all", false, "every task, those ended (done, failed, cancelled) included")
 	cmd.Flags().StringVar(&f.Queue, "queue", "", "only this queue's tasks, entry and workers")
 	return cmd
+}
+
+// checkStateQueue checks the queue a snapshot is asked for (cq state
+// --queue, GET /state?queue=), named by what in the message: given, it
+// cannot be empty. Its error is of kind Invalid: bad usage (exit 1) to
+// the command line, 400 over HTTP.
+func checkStateQueue(q, what string) error {
+	if q == "" {
+		return &queue.Error{Kind: queue.Invalid, Msg: what + " is empty (leave it out for every queue)"}
+	}
+	if !queue.ValidQueueName(q) {
+		return &queue.Error{Kind: queue.Invalid, Msg: fmt.Sprintf("%s: invalid queue name %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", what, q)}
+	}
+	return nil
+}
+
+// writeStoreState writes the snapshot f selects of st as cq state prints
+// it (GET /state too): JSON, or JSON on one line when line.
+func writeStoreState(ctx context.Context, out io.Writer, line bool, st *queue.Store, f queue.StateFilter) error {
+	return writeState(out, line, func(head func(*queue.State) error, each func(*queue.Task) error) error {
+		return st.StateEach(ctx, f, head, each)
+	})
 }
 
 // stateIDs prints the ids of the snapshot's tasks, one per line.
