@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,88 +26,15 @@ import (
 
 // ---- a cq serve process ----
 
-// streamServer is one cq serve --listen 127.0.0.1:0 process.
-type streamServer struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	base   string // http://ADDR
-	client *http.Client
-	stderr syncBuffer
-	done   chan struct{}
-	code   int // valid once done is closed
-}
+// streamServer is one cq serve --listen 127.0.0.1:0 process, as
+// serve_test.go starts it (startGateway), with the reads of this file.
+type streamServer = gwProc
 
 // startStreamServer starts cq serve on e's store with env added to its
-// environment, and waits for its first stderr line, serve.started, which
-// gives the address it bound. t.Cleanup stops it if the test has not.
+// environment; t.Cleanup stops it if the test has not.
 func startStreamServer(t *testing.T, e *cqEnv, env ...string) *streamServer {
 	t.Helper()
-	s := &streamServer{t: t, done: make(chan struct{}),
-		client: &http.Client{Transport: &http.Transport{}}}
-	s.cmd = e.command(context.Background(), "", "serve", "--listen", "127.0.0.1:0")
-	s.cmd.Env = append(append([]string(nil), s.cmd.Env...), env...)
-	pipe, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start cq serve: %v", err)
-	}
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(nil, 1<<20)
-		for n := 0; sc.Scan(); n++ {
-			if n == 0 {
-				first <- sc.Text()
-			}
-			_, _ = s.stderr.Write(append(sc.Bytes(), '\n'))
-		}
-		// Every read of the pipe is over: Wait may close it now.
-		err := s.cmd.Wait()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			s.code = ee.ExitCode()
-		default:
-			s.code = -2
-		}
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		s.client.CloseIdleConnections()
-		select {
-		case <-s.done:
-		default:
-			_ = s.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.done:
-			case <-time.After(20 * time.Second):
-				_ = s.cmd.Process.Kill()
-				<-s.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("cq serve stderr:\n%s", s.stderr.String())
-		}
-	})
-	select {
-	case line := <-first:
-		var v struct {
-			Msg  string `json:"msg"`
-			Addr string `json:"addr"`
-		}
-		if err := json.Unmarshal([]byte(line), &v); err != nil || v.Msg != "serve.started" || v.Addr == "" {
-			t.Fatalf("cq serve's first stderr line is not serve.started with its address: %q", line)
-		}
-		s.base = "http://" + v.Addr
-	case <-s.done:
-		t.Fatalf("cq serve exited %d before it started; stderr:\n%s", s.code, s.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("cq serve did not say serve.started within 30s; stderr:\n%s", s.stderr.String())
-	}
-	return s
+	return startGatewayEnv(t, e, env)
 }
 
 // get GETs path (with headers, name then value) and reads the whole

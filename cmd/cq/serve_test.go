@@ -43,11 +43,19 @@ type gwProc struct {
 // every interface is reached on 127.0.0.1. t.Cleanup stops it.
 func startGateway(t *testing.T, e *cqEnv, args ...string) *gwProc {
 	t.Helper()
+	return startGatewayEnv(t, e, nil, args...)
+}
+
+// startGatewayEnv is startGateway with env added to cq serve's
+// environment.
+func startGatewayEnv(t *testing.T, e *cqEnv, env []string, args ...string) *gwProc {
+	t.Helper()
 	if !slices.Contains(args, "--listen") {
 		args = append(args, "--listen", "127.0.0.1:0")
 	}
 	g := &gwProc{t: t, done: make(chan struct{}), client: &http.Client{Transport: &http.Transport{}}}
 	g.cmd = e.command(context.Background(), "", append([]string{"serve"}, args...)...)
+	g.cmd.Env = append(append([]string(nil), g.cmd.Env...), env...)
 	pipe, err := g.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
