@@ -7,11 +7,14 @@
 #   2. bench/e2e.sh: cq end to end against a Go spawn reference, xargs,
 #      tsp, GNU parallel and nq, plus the enqueue-call, latency, RSS and
 #      WAL figures (report in e2e.txt, figures in e2e.env);
-#   3. bench/goals.sh: the goals table, PASS/MISS, from the figures of 1 and 2.
+#   3. cq serve under load (TestServeLoad, without the race detector): 200
+#      event streams and 1000 POSTs/s for 10 s, on SQLite and on PostgreSQL
+#      (where one is reachable), its figures in serve.txt;
+#   4. bench/goals.sh: the goals table, PASS/MISS, from the figures of 1 and 2.
 #
 # Environment: GO (go), BENCHSTAT (benchstat on PATH), BENCH_COUNT (6),
 # BENCH_OUT (bench/out), BENCH_PAUSE (20: seconds of rest between the two
-# parts), BENCH_SETTLE and BENCH_CALM_US (see settle), BENCH_PARTS ("go e2e"; "go" alone skips the end-to-end run, its
+# parts), BENCH_SETTLE and BENCH_CALM_US (see settle), BENCH_PARTS ("go e2e serve"; "go" alone skips the end-to-end run, its
 # goals are then n/a), and e2e.sh's own knobs (RUNS, N, …, see
 # bench/README.md). Exits non-zero if a part failed to run; a
 # MISS is not a failure.
@@ -25,12 +28,12 @@ GO=${GO:-go}
 BENCHSTAT=${BENCHSTAT:-benchstat}
 BENCH_COUNT=${BENCH_COUNT:-6}
 OUT=${BENCH_OUT:-bench/out}
-PARTS=" ${BENCH_PARTS:-go e2e} "
+PARTS=" ${BENCH_PARTS:-go e2e serve} "
 CQ=${1:-$repo/bin/cq}
 status=0
 
 mkdir -p "$OUT" || exit 1
-rm -f "$OUT/go.txt" "$OUT/benchstat.txt" "$OUT/benchstat-baseline.txt" "$OUT/e2e.txt" "$OUT/e2e.env" "$OUT/goals.txt"
+rm -f "$OUT/serve.txt" "$OUT/go.txt" "$OUT/benchstat.txt" "$OUT/benchstat-baseline.txt" "$OUT/e2e.txt" "$OUT/e2e.env" "$OUT/goals.txt"
 section() { printf '\n### %s\n\n' "$*"; }
 
 # settle waits, up to BENCH_SETTLE (240) seconds, until making a run folder
@@ -105,6 +108,18 @@ if [[ $PARTS == *" e2e "* ]]; then
 		echo "bench: bench/e2e.sh failed" >&2
 		status=1
 	fi
+fi
+
+if [[ $PARTS == *" serve "* ]]; then
+	section "cq serve under load: TestServeLoad on SQLite, then PostgreSQL (report: $OUT/serve.txt)"
+	for db in sqlite postgres; do
+		echo "$db:"
+		if ! CQ_TEST_DB=$db "$GO" test -run '^TestServeLoad$' -count=1 -v ./cmd/cq 2>&1 |
+			grep -E '^\s*(serve_load_test.go|--- |ok|FAIL)' | grep -v '^\s*{'; then
+			echo "bench: TestServeLoad failed on $db" >&2
+			status=1
+		fi
+	done | tee "$OUT/serve.txt"
 fi
 
 ./bench/goals.sh "$OUT/go.txt" "$OUT/e2e.env" | tee "$OUT/goals.txt"

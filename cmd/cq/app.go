@@ -41,6 +41,9 @@ type App struct {
 	drained int
 	// drainSkipped: ReadStore left the spool undrained (a lock was busy).
 	drainSkipped bool
+	// pgConns, when not 0, is how many connections a PostgreSQL store may
+	// hold at once (cq serve answers many requests side by side).
+	pgConns int32
 }
 
 // Home resolves the home folder (docs/operations.md, Home and files) and creates it private.
@@ -166,6 +169,9 @@ func (a *App) openStore(ctx context.Context, readOnly bool) (*queue.Store, error
 		cfg, err := pgConfig(a.dbURL())
 		if err != nil {
 			return nil, err
+		}
+		if a.pgConns > 0 {
+			cfg.Pool.MaxConns = a.pgConns
 		}
 		d, err := postgres.OpenConfig(ctx, cfg)
 		if err != nil {

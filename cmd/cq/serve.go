@@ -47,6 +47,9 @@ const (
 	gwReadTimeout       = 30 * time.Second
 	gwIdleTimeout       = 2 * time.Minute
 	gwMaxHeaderBytes    = 64 << 10
+	// gwPGConns is how many PostgreSQL connections the server holds at
+	// most (a command holds 4): requests wait for a free one beyond that.
+	gwPGConns = 16
 )
 
 func newServeCmd(app *App) *cobra.Command {
@@ -107,6 +110,7 @@ SIGTERM stops it: requests in flight get up to 5s, then exit 0.`,
 			}
 			survivePipeClose()
 			ctx := cmd.Context()
+			app.pgConns = gwPGConns
 			st, err := app.Store(ctx)
 			if err != nil {
 				return err
@@ -133,6 +137,9 @@ SIGTERM stops it: requests in flight get up to 5s, then exit 0.`,
 				sum := sha256.Sum256(token)
 				s.tokenSum = &sum
 			}
+			if s.hub, err = newEventHub(ctx, st, s.log); err != nil {
+				return st.Backend().Explain(err)
+			}
 			s.routes()
 			return s.run(ctx, ln, handler)
 		},
@@ -150,6 +157,10 @@ type gwServer struct {
 	app *App
 	st  *queue.Store
 	log *slog.Logger
+	// hub reads the event log for every GET /events stream.
+	hub *eventHub
+	// intake stores the tasks of POST /tasks in groups.
+	intake *intake
 	// tokenSum is the SHA-256 of the token; nil when there is none.
 	tokenSum *[sha256.Size]byte
 	// loopback: the server listens on a loopback address only.
@@ -178,7 +189,7 @@ func (s *gwServer) routes() {
 	m.HandleFunc("GET /health", s.getHealth)
 	m.HandleFunc("GET /metrics", s.getMetrics)
 	// The streams (serve_events.go).
-	m.HandleFunc("GET /events", serveEvents(s.st))
+	m.HandleFunc("GET /events", serveEvents(s.st, s.hub))
 	m.HandleFunc("GET /state", serveState(s.st))
 	m.HandleFunc("GET /tasks/{id}/logs", serveLogs(s.app, s.st))
 	// The dashboard (serve_dashboard.go): the page at / alone, so that
@@ -205,6 +216,12 @@ func (s *gwServer) run(ctx context.Context, ln net.Listener, handler slog.Handle
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
 	s.log.Info("serve.started", "addr", ln.Addr().String())
+	go s.hub.run(base)
+	// The intake outlives the requests, which may still hand it a task
+	// while the server shuts down.
+	ictx, stopIntake := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopIntake()
+	s.intake = newIntake(ictx, s.st)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -45,9 +46,10 @@ func streamPing() time.Duration {
 // event as `id: SEQ` and `data: ` the line cq events prints for it, from
 // the event after Last-Event-ID (or ?since=; the header wins, as it is
 // what an EventSource sends when it reconnects to the URL it was given),
-// else from the current end, as cq events --follow. It ends when the
-// request's context does.
-func serveEvents(st *queue.Store) http.HandlerFunc {
+// else from the current end, as cq events --follow. The events come from
+// the hub (serve_hub.go), or from the store for a stream behind its
+// window. It ends when the request's context does.
+func serveEvents(st *queue.Store, hub *eventHub) http.HandlerFunc {
 	ping := streamPing()
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -87,29 +89,69 @@ func serveEvents(st *queue.Store) http.HandlerFunc {
 		if flush() != nil {
 			return
 		}
-		lastPing := time.Now()
-		emit := func(e queue.Event) error {
-			fmt.Fprintf(b, "id: %d\ndata: ", e.Seq)
-			// One line: JSON escapes every line break in a string.
-			if err := writeJSONLine(b, e); err != nil {
-				return err
-			}
-			return b.WriteByte('\n')
-		}
-		idle := func() error {
-			if time.Since(lastPing) < ping {
-				return nil
-			}
-			lastPing = time.Now()
-			b.WriteString(": ping\n\n")
-			return flush()
-		}
-		err = followEvents(ctx, st, since, true, emit, flush, idle)
+		err = streamEvents(ctx, st, hub, since, b, flush, ping)
 		if err != nil && ctx.Err() == nil {
 			// Too late for an HTTP error: a comment says why the stream
 			// ends, and the client reconnects from its last id.
 			fmt.Fprintf(b, ": error: %s\n\n", errorText(st.Backend().Explain(err)))
 			_ = flush()
+		}
+	}
+}
+
+// streamEvents writes the events after since to b until ctx ends: from
+// the hub's window, or from the store while the stream is behind it;
+// flushed whenever it has caught up, with a ping every ping.
+func streamEvents(ctx context.Context, st *queue.Store, hub *eventHub, since int64, b *bufio.Writer, flush func() error, ping time.Duration) error {
+	pings := time.NewTicker(ping)
+	defer pings.Stop()
+	for {
+		frames, behind, base, wake := hub.after(since, eventsPage)
+		if behind {
+			evs, err := st.Events(ctx, since, eventsPage)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			for _, e := range evs {
+				fmt.Fprintf(b, "id: %d\ndata: ", e.Seq)
+				if err := writeJSONLine(b, e); err != nil {
+					return err
+				}
+				if err := b.WriteByte('\n'); err != nil {
+					return err
+				}
+				since = e.Seq
+			}
+			if len(evs) < eventsPage {
+				// The read began after the hub had every event up to
+				// base: one it did not return is not in the log.
+				since = max(since, base)
+			}
+			continue
+		}
+		for _, f := range frames {
+			if _, err := b.Write(f.frame); err != nil {
+				return err
+			}
+			since = f.seq
+		}
+		if len(frames) == eventsPage {
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-pings.C:
+			if _, err := b.WriteString(": ping\n\n"); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -52,17 +52,17 @@ func (s *gwServer) postTasks(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, &queue.Error{Kind: queue.KindOf(err), Msg: err.Error()})
 			return
 		}
-		res, err := s.st.Create(ctx, []queue.Spec{sp}, queue.CreateOptions{Enqueue: true})
+		c, err := s.intake.create(ctx, sp)
 		if err != nil {
 			s.fail(w, oneSpecErr(err))
 			return
 		}
 		status := http.StatusOK
-		if res[0].New {
+		if c.New {
 			status = http.StatusCreated
-			w.Header().Set("Location", "/tasks/"+url.PathEscape(res[0].ID))
+			w.Header().Set("Location", "/tasks/"+url.PathEscape(c.ID))
 		}
-		writeHTTPJSON(w, status, s.createdTask(ctx, res[0]))
+		writeHTTPJSON(w, status, s.createdTask(ctx, c))
 		return
 	}
 	specs, lineNo, err := readSpecLines(bytes.NewReader(body), s.here)
@@ -92,7 +92,7 @@ func (s *gwServer) postTasks(w http.ResponseWriter, r *http.Request) {
 // createdTask is a created task as cq show -o json prints it; should it
 // be gone already (cq cleanup), what Create said of it: {id, state}.
 func (s *gwServer) createdTask(ctx context.Context, c queue.Created) any {
-	t, err := s.st.Get(ctx, c.ID)
+	t, err := s.st.GetID(ctx, c.ID)
 	if err != nil {
 		return map[string]string{"id": c.ID, "state": c.State}
 	}

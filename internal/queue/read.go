@@ -223,6 +223,12 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.GetID(ctx, id)
+}
+
+// GetID is Get of a task's exact id, which is not resolved first (one
+// read fewer): for a caller that has just created the task.
+func (s *Store) GetID(ctx context.Context, id string) (*Task, error) {
 	r, err := getTask(ctx, s.st, id)
 	if err != nil {
 		return nil, err
@@ -236,6 +242,10 @@ func (s *Store) Get(ctx context.Context, ref string) (*Task, error) {
 		return nil, err
 	}
 	t.Runs = &runs
+	if len(runs) == 0 {
+		// Questions, messages and progress all belong to runs.
+		return t, nil
+	}
 	if err := s.fillInteraction(ctx, t, runs); err != nil {
 		return nil, err
 	}

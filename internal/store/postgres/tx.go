@@ -75,6 +75,13 @@ func retryable(err error) bool {
 	if isCode(err, "40001", "40P01") { // serialization_failure, deadlock_detected
 		return true
 	}
+	// unique_violation: cq looks before it inserts (a task's id, a
+	// --unique key), so a violation is another transaction's insert
+	// committed between the look and the insert; run again, the look
+	// sees it (the same spec again, or a conflict).
+	if isCode(err, "23505") {
+		return true
+	}
 	var ce *commitError
 	if errors.As(err, &ce) {
 		return false
