@@ -12,6 +12,16 @@ import (
 //go:embed dashboard/index.html dashboard/style.css dashboard/app.js
 var dashboardFS embed.FS
 
+// dashboardAsset reports whether path is the dashboard's page or one of
+// its files: static, public, served without the token.
+func dashboardAsset(path string) bool {
+	switch path {
+	case "/", "/dashboard/style.css", "/dashboard/app.js":
+		return true
+	}
+	return false
+}
+
 // serveDashboard serves the page at / and its assets under /dashboard/.
 func serveDashboard() http.Handler {
 	files := http.FileServerFS(dashboardFS)

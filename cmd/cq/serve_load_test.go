@@ -50,14 +50,22 @@ const (
 type sseTally struct {
 	n    atomic.Int64
 	last atomic.Int64
-	sum  uint64
-	err  error
+	// ended: the stream ended early (err says why; read it after the
+	// reader returned).
+	ended atomic.Bool
+	sum   uint64
+	err   error
 }
 
 // readSSE reads the stream of GET /events?since=since into t until ctx
 // ends or the stream does. A seq that is not above the one before is an
 // error.
 func readSSE(ctx context.Context, client *http.Client, base string, since int64, t *sseTally, connected func()) {
+	defer func() {
+		if ctx.Err() == nil {
+			t.ended.Store(true)
+		}
+	}()
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/events?since="+strconv.FormatInt(since, 10), nil)
 	if err != nil {
 		t.err = err
@@ -213,13 +221,13 @@ func TestServeLoad(t *testing.T) {
 		fmt.Fprintf(h, "%d %s\n", seqOfLine(t, l), l)
 	}
 	wantSum := h.Sum64()
-	waitFor(t, time.Minute, "every stream to receive the last event", func() bool {
-		for _, tl := range tallies {
-			if tl.last.Load() < wantLast && tl.err == nil {
-				return false
+	eventually(t, time.Minute, "every stream to receive the last event", func() (bool, string) {
+		for i, tl := range tallies {
+			if tl.last.Load() < wantLast && !tl.ended.Load() {
+				return false, fmt.Sprintf("stream %d at seq %d of %d", i, tl.last.Load(), wantLast)
 			}
 		}
-		return true
+		return true, ""
 	})
 	// At most: it includes reading the log with cq events.
 	lag := time.Since(began) - took
@@ -237,13 +245,13 @@ func TestServeLoad(t *testing.T) {
 		lateDone.Add(1)
 		go func() { defer lateDone.Done(); readSSE(lateCtx, client, srv.base, start, late[i], nil) }()
 	}
-	waitFor(t, time.Minute, "the late streams to receive the last event", func() bool {
-		for _, tl := range late {
-			if tl.last.Load() < wantLast && tl.err == nil {
-				return false
+	eventually(t, time.Minute, "the late streams to receive the last event", func() (bool, string) {
+		for i, tl := range late {
+			if tl.last.Load() < wantLast && !tl.ended.Load() {
+				return false, fmt.Sprintf("late stream %d at seq %d of %d", i, tl.last.Load(), wantLast)
 			}
 		}
-		return true
+		return true, ""
 	})
 	rss := peakRSS(t, srv.cmd.Process.Pid)
 	stop()
@@ -329,18 +337,6 @@ func waitGroupFor(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string
 	case <-done:
 	case <-time.After(d):
 		t.Fatalf("waited %v for %s", d, what)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

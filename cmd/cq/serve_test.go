@@ -777,6 +777,17 @@ func TestServeToken(t *testing.T) {
 			refused("GET", path, "")
 			refused("GET", path, "", "Authorization", "Bearer wrong")
 		}
+		// The dashboard's page and files are public (they hold no data;
+		// the page asks for the token), anything else under it is not.
+		for _, path := range []string{"/", "/dashboard/app.js", "/dashboard/style.css"} {
+			requests++
+			if r := g.do("GET", path, ""); r.status != 200 {
+				t.Errorf("%s: GET %s without the token: %d, want 200", listen, path, r.status)
+			}
+		}
+		if listen != "127.0.0.1:0" {
+			refused("GET", "/dashboard/", "")
+		}
 		// With the token, every read and write goes through.
 		ok := func(method, path, body string) {
 			t.Helper()
