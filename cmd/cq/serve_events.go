@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -116,11 +117,7 @@ func streamEvents(ctx context.Context, st *queue.Store, hub *eventHub, since int
 				return err
 			}
 			for _, e := range evs {
-				fmt.Fprintf(b, "id: %d\ndata: ", e.Seq)
-				if err := writeJSONLine(b, e); err != nil {
-					return err
-				}
-				if err := b.WriteByte('\n'); err != nil {
+				if err := writeSSEEvent(b, e); err != nil {
 					return err
 				}
 				since = e.Seq
@@ -154,6 +151,20 @@ func streamEvents(ctx context.Context, st *queue.Store, hub *eventHub, since int
 			}
 		}
 	}
+}
+
+// writeSSEEvent writes e as a stream sends it: `id: SEQ`, `data: ` the
+// line cq events prints for it (one line: JSON escapes every line break
+// in a string), and the blank line that ends an event.
+func writeSSEEvent(w io.Writer, e queue.Event) error {
+	if _, err := fmt.Fprintf(w, "id: %d\ndata: ", e.Seq); err != nil {
+		return err
+	}
+	if err := writeJSONLine(w, e); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
 }
 
 // eventsSince is where GET /events starts: after the Last-Event-ID

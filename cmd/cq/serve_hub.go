@@ -9,7 +9,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -96,12 +95,9 @@ func (h *eventHub) add(evs []queue.Event) error {
 	frames := make([]hubFrame, len(evs))
 	for i, e := range evs {
 		var b bytes.Buffer
-		fmt.Fprintf(&b, "id: %d\ndata: ", e.Seq)
-		// One line: JSON escapes every line break in a string.
-		if err := writeJSONLine(&b, e); err != nil {
+		if err := writeSSEEvent(&b, e); err != nil {
 			return err
 		}
-		b.WriteByte('\n')
 		frames[i] = hubFrame{seq: e.Seq, frame: b.Bytes()}
 	}
 	h.mu.Lock()
