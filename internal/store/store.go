@@ -97,6 +97,7 @@ type Reader interface {
 	ViewReader
 	UpkeepReader
 	InteractReader
+	ScheduleReader
 }
 
 // Tx is a write transaction: every read, every write, and savepoints.
@@ -110,6 +111,7 @@ type Tx interface {
 	ViewWriter
 	UpkeepWriter
 	InteractWriter
+	ScheduleWriter
 
 	// Savepoint opens a savepoint; RollbackTo undoes the writes since it
 	// (it stays open); Release closes it and those opened after it,

@@ -121,7 +121,7 @@ func TestOpenCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "[asks event_seq events messages queues run_output run_progress runs schema_migrations system_state task_deps tasks workers]"; fmt.Sprint(tables) != want {
+	if want := "[asks event_seq events messages queues run_output run_progress runs schedules schema_migrations system_state task_deps tasks workers]"; fmt.Sprint(tables) != want {
 		t.Errorf("tables %v, want %s", tables, want)
 	}
 	var last int64

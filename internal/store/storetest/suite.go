@@ -61,6 +61,9 @@ var tests = []contractTest{
 	{"Asks", testAsks},
 	{"Messages", testMessages},
 	{"RunProgress", testRunProgress},
+	// Recurring schedules (schedules.go).
+	{"Schedules", testSchedules},
+	{"ScheduleAdvanceRace", testScheduleAdvanceRace},
 	// Migrations (Schema).
 	{"MigrateNew", testMigrateNew},
 	{"MigrateOlder", testMigrateOlder},
