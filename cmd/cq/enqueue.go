@@ -150,7 +150,7 @@ func checkSpecFlags(fs *pflag.FlagSet, f *specFlags) error {
 	}{
 		{"id", func(v string) error {
 			if !queue.ValidID(v) {
-				return fmt.Errorf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", v)
+				return fmt.Errorf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:@-]{0,127})", v)
 			}
 			return nil
 		}},

@@ -51,11 +51,12 @@ var commands = map[string]func(*App) *cobra.Command{
 	"recv":      newRecvCmd,
 	"progress":  newProgressCmd,
 	"serve":     newServeCmd,
+	"schedule":  newScheduleCmd,
 }
 
 var commandOrder = []string{"task", "enqueue", "ls", "show", "cancel", "retry", "clone", "hold", "release", "queue",
 	"events", "heartbeat", "worker", "workers", "wait", "logs", "health", "cleanup", "state",
-	"ask", "answer", "asks", "send", "recv", "progress", "serve"}
+	"ask", "answer", "asks", "send", "recv", "progress", "serve", "schedule"}
 
 // commandWord is the command a command line names: its first word that is
 // neither a global flag nor a global flag's value; "" when it cannot tell

@@ -19,16 +19,21 @@ import (
 
 // Result counts what one pass did.
 type Result struct {
-	Drained      int    `json:"drained"`
-	Reaped       int    `json:"reaped"`
-	Killed       int    `json:"killed"`
-	StartTimeout int    `json:"start_timeouts"`
-	Promoted     int    `json:"promoted"`
-	Cancelled    int    `json:"cancelled"`
-	Warned       int    `json:"warned"`
-	Progress     int    `json:"progress_events"`
-	Summaries    int    `json:"summaries_written"`
-	Health       string `json:"health"`
+	Drained      int `json:"drained"`
+	Reaped       int `json:"reaped"`
+	Killed       int `json:"killed"`
+	StartTimeout int `json:"start_timeouts"`
+	Promoted     int `json:"promoted"`
+	Cancelled    int `json:"cancelled"`
+	Warned       int `json:"warned"`
+	Progress     int `json:"progress_events"`
+	Fired        int `json:"schedule_tasks"`
+	SlotsSkipped int `json:"schedule_slots_skipped"`
+	// NextSlot is the schedules' next slot (zero: none): when the next
+	// pass, or a worker's look at the schedules, is due.
+	NextSlot  time.Time `json:"-"`
+	Summaries int       `json:"summaries_written"`
+	Health    string    `json:"health"`
 }
 
 // Options tune a pass.
@@ -57,7 +62,8 @@ const deadWorkerKept = 24 * time.Hour
 // reaps runs whose lease expired (killing their process groups left on
 // this host), times out runs not started within their queue's start
 // timeout, promotes blocked tasks that nothing blocks any more, cancels
-// dependents of failed or cancelled tasks, warns once about tasks waiting
+// dependents of failed or cancelled tasks, makes the tasks of the
+// schedules' slots due, warns once about tasks waiting
 // too long, and records last_heartbeat, queue_length and health in
 // system_state.
 func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
@@ -141,6 +147,10 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	if r.Cancelled, err = st.CancelOrphans(ctx); err != nil {
 		return r, err
 	}
+	// The schedules' slots due (docs/schedules.md); one schedule's
+	// failure is reported once the rest of the pass ran.
+	fired, fireErr := st.FireSchedules(ctx)
+	r.Fired, r.SlotsSkipped, r.NextSlot = fired.Fired, fired.Skipped, fired.Next
 	for step := 0; ; step++ {
 		began := time.Now()
 		n, more, err := st.WarnWaitingStep(ctx, queue.WarnBatch)
@@ -169,6 +179,9 @@ func Pass(ctx context.Context, st *queue.Store, opt Options) (Result, error) {
 	r.Health = h.Status
 	if err := st.SetSystemState(ctx, map[string]string{"queue_length": strconv.Itoa(h.Backlog), "health": h.Status}); err != nil {
 		return r, err
+	}
+	if fireErr != nil {
+		return r, fireErr
 	}
 	return r, spoolErr
 }

@@ -59,14 +59,18 @@ var (
 // MaxKeyLen bounds --key.
 const MaxKeyLen = 256
 
-// ValidID reports whether s may be a task id.
-func ValidID(s string) bool {
-	// [A-Za-z0-9][A-Za-z0-9._:-]{0,127}
+// ValidID reports whether s may be a task id: [A-Za-z0-9][A-Za-z0-9._:@-]{0,127}
+// ('@' joins a schedule's name and its slot's time, docs/schedules.md).
+func ValidID(s string) bool { return validName(s, true) }
+
+// validName reports whether s is [A-Za-z0-9][A-Za-z0-9._:-]{0,127}, '@'
+// allowed after the first character when at.
+func validName(s string, at bool) bool {
 	if len(s) == 0 || len(s) > 128 || !alnum(s[0]) {
 		return false
 	}
 	for i := 1; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
+		if c := s[i]; !alnum(c) && c != '.' && c != '_' && c != ':' && c != '-' && (!at || c != '@') {
 			return false
 		}
 	}
@@ -106,7 +110,7 @@ func validEnvKey(s string) bool {
 func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 
 // ValidQueueName reports whether s may name a queue (the id pattern).
-func ValidQueueName(s string) bool { return ValidID(s) }
+func ValidQueueName(s string) bool { return validName(s, false) }
 
 // ParseSpecJSON decodes one JSONL line strictly: one object, no unknown
 // fields, nothing after it.
@@ -323,7 +327,7 @@ func PriorityName(p int) string { return "P" + strconv.Itoa(p) }
 func (s Spec) Normalize() (Spec, error) {
 	n := s
 	if n.ID != "" && !ValidID(n.ID) {
-		return n, invalidf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:-]{0,127})", n.ID)
+		return n, invalidf("invalid id %q (want [A-Za-z0-9][A-Za-z0-9._:@-]{0,127})", n.ID)
 	}
 	kinds := 0
 	if n.Cmd != nil {

@@ -125,6 +125,9 @@ type Worker struct {
 	// that is sooner than the next poll (loop goroutine only).
 	dueTimer *time.Timer
 	dueArmed bool
+	// schedTimer fires when the schedules' next slot is due (or
+	// scheduleCheck passed); set by the first maintenance pass.
+	schedTimer *time.Timer
 	// inflight counts spawns whose result the loop has not adopted yet
 	// (loop goroutine only); spawnedC carries those results (see launch).
 	inflight int
@@ -296,6 +299,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.maintain(ctx)
 	w.promoteIfDue(ctx) // arms the due timer for what the pass left blocked
+	defer func() { w.schedTimer.Stop() }()
 	poll := time.NewTicker(w.opt.PollEvery)
 	defer poll.Stop()
 	cancelPoll := time.NewTicker(w.opt.CancelPoll)
@@ -365,6 +369,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if w.dueArmed {
 			dueC = w.dueTimer.C
 		}
+		var schedC <-chan time.Time
+		if w.schedTimer != nil {
+			schedC = w.schedTimer.C
+		}
 		select {
 		case <-ctx.Done():
 		case r := <-w.exited:
@@ -388,6 +396,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.checkCancels(ctx)
 		case <-hb.C:
 			w.maintain(ctx)
+		case <-schedC:
+			w.fireSchedules(ctx)
 		case <-idle:
 		case <-retry:
 		}
@@ -491,6 +501,8 @@ func (w *Worker) claimParams() queue.ClaimParams {
 // no cron still heals.
 func (w *Worker) maintain(ctx context.Context) {
 	r, err := maintenance.Pass(ctx, w.st, maintenance.Options{Home: w.opt.Home, Host: w.host})
+	// Armed whatever the pass's outcome: the schedules' look runs on.
+	defer func() { w.armSchedules(r.NextSlot) }()
 	if fsutil.IsUnsafe(err) {
 		// The rest of the pass ran (see maintenance.Pass).
 		w.noteSpool(err)
@@ -502,9 +514,42 @@ func (w *Worker) maintain(ctx context.Context) {
 		}
 		return
 	}
-	if r.Reaped > 0 || r.Promoted > 0 || r.Drained > 0 {
-		w.log.Info("heartbeat", "drained", r.Drained, "reaped", r.Reaped, "killed", r.Killed, "promoted", r.Promoted)
+	if r.Reaped > 0 || r.Promoted > 0 || r.Drained > 0 || r.Fired > 0 {
+		w.log.Info("heartbeat", "drained", r.Drained, "reaped", r.Reaped, "killed", r.Killed, "promoted", r.Promoted,
+			"schedule_tasks", r.Fired)
 	}
+}
+
+// scheduleCheck bounds the wait for the schedules' next slot, so that a
+// schedule added meanwhile (by another process) is seen within it.
+const scheduleCheck = 5 * time.Second
+
+// fireSchedules takes the schedules' slots due (docs/schedules.md), then
+// waits for the next.
+func (w *Worker) fireSchedules(ctx context.Context) {
+	r, err := w.st.FireSchedules(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.log.Error("store.error", "op", "schedules", "error", err.Error())
+	}
+	if r.Fired > 0 || r.Skipped > 0 {
+		w.log.Info("schedules.fired", "tasks", r.Fired, "skipped", r.Skipped)
+	}
+	w.armSchedules(r.Next)
+}
+
+// armSchedules sets the schedules' timer for next (zero: none known),
+// within scheduleCheck; never sooner than 100 ms, so that a store whose
+// clock runs behind this host's is not asked in a loop.
+func (w *Worker) armSchedules(next time.Time) {
+	d := scheduleCheck
+	if !next.IsZero() {
+		d = min(d, max(time.Until(next), 100*time.Millisecond))
+	}
+	if w.schedTimer == nil {
+		w.schedTimer = time.NewTimer(d)
+		return
+	}
+	w.schedTimer.Reset(d)
 }
 
 // noteSpool logs a refused spool file (err, an *fsutil.UnsafeError) the
