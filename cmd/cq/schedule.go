@@ -124,7 +124,7 @@ func newScheduleLsCmd(app *App) *cobra.Command {
 				rows = append(rows, []string{s.Name, s.Expr, s.TZ, orDash(s.NextSlot), orDash(s.LastSlot), orDash(s.LastTask),
 					orDash(s.LastState), pausedWord(s.Paused)})
 			}
-			return app.writeTable([]string{"NAME", "SCHEDULE", "TZ", "NEXT", "LAST SLOT", "LAST TASK", "STATE", "PAUSED"}, rows)
+			return app.writeTable([]string{"NAME", "SCHEDULE", "TZ", "NEXT", "LAST_SLOT", "LAST_TASK", "STATE", "PAUSED"}, rows)
 		},
 	}
 }

@@ -148,6 +148,17 @@ func (s *Store) healthFigures(ctx context.Context, q store.Reader, h *Health, th
 		h.Warnings = append(h.Warnings, fmt.Sprintf("%d task(s) waiting in todo longer than their queue's warn-after", waiting))
 	}
 
+	// A schedule whose newest task failed: its job is broken until a
+	// later slot succeeds (docs/schedules.md). A warning, as the failed
+	// run already counts in the success rate.
+	failed, err := scheduleFailures(ctx, q)
+	if err != nil {
+		return err
+	}
+	for _, f := range failed {
+		h.Warnings = append(h.Warnings, "schedule "+f+": its last task failed")
+	}
+
 	// Work that waits with no worker to take it: the verdict is left as
 	// it is (a backlog has its own row), but the likeliest cause is said.
 	if h.Backlog > 0 {

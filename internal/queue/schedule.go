@@ -530,10 +530,10 @@ func terminal(state string) bool {
 	return state == TaskDone || state == TaskFailed || state == TaskCancelled
 }
 
-// ScheduleFailures lists the schedules whose newest task failed, for
-// cq health's warning.
-func (s *Store) ScheduleFailures(ctx context.Context) ([]string, error) {
-	rows, err := s.st.ScheduleList(ctx)
+// scheduleFailures lists the schedules whose newest task failed, as
+// "NAME (TASK)", for cq health's warning.
+func scheduleFailures(ctx context.Context, q store.Reader) ([]string, error) {
+	rows, err := q.ScheduleList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -546,13 +546,18 @@ func (s *Store) ScheduleFailures(ctx context.Context) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	states, err := s.TaskStatuses(ctx, ids)
+	failed := map[string]bool{}
+	err = q.TaskStates(ctx, ids, func(id, state, _ string) {
+		if state == TaskFailed {
+			failed[id] = true
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, r := range rows {
-		if st, ok := states[r.LastTask]; ok && r.LastTask != "" && st.State == TaskFailed {
+		if failed[r.LastTask] {
 			out = append(out, r.Name+" ("+r.LastTask+")")
 		}
 	}

@@ -320,3 +320,41 @@ func TestScheduleAddRules(t *testing.T) {
 		t.Errorf("run of a removed schedule: %v", err)
 	}
 }
+
+// TestScheduleHealthWarns: cq health warns about a schedule whose newest
+// task failed, and stops once a newer one did not.
+func TestScheduleHealthWarns(t *testing.T) {
+	t0 := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
+	b := schedSetup(t, t0)
+	b.add(t, "nightly", "* * * * *", "UTC", "", "")
+	b.clock.Add(time.Minute)
+	b.fire(t)
+	id := queue.SlotID("nightly", t0.Add(time.Minute))
+	warned := func() bool {
+		h, err := b.st.Health(b.ctx, queue.DefaultThresholds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(h.Warnings, "schedule nightly ("+id+"): its last task failed")
+	}
+	if warned() {
+		t.Fatal("warned before the task failed")
+	}
+	c, err := b.st.Claim(b.ctx, queue.ClaimParams{Worker: "w", Host: "h", Lease: time.Minute})
+	if err != nil || c == nil || c.TaskID != id {
+		t.Fatalf("claim: %+v, %v", c, err)
+	}
+	if err := b.st.StartRun(b.ctx, c.RunID, c.Token, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := b.st.FinishRun(b.ctx, c.RunID, c.Token, queue.Outcome{State: "failed", ExitCode: &one}); err != nil {
+		t.Fatal(err)
+	}
+	if task, _ := b.st.Get(b.ctx, id); task.State != queue.TaskFailed {
+		t.Fatalf("task %s is %s, want failed", id, task.State)
+	}
+	if !warned() {
+		t.Error("no warning for the schedule whose last task failed")
+	}
+}
