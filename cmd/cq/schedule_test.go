@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -99,4 +100,37 @@ func TestScheduleRace(t *testing.T) {
 	if len(ids) != len(fired) {
 		t.Errorf("%d tasks for %d slots fired", len(ids), len(fired))
 	}
+}
+
+// TestServeSchedules: GET /schedules answers as cq schedule ls -o json,
+// GET /schedules/{name} as cq schedule show -o json, 404 (code 4) for
+// none.
+func TestServeSchedules(t *testing.T) {
+	t.Parallel()
+	e := newBackendEnv(t, time.Minute, true)
+	g := startGateway(t, e)
+	var empty []any
+	g.want(200, &empty, "GET", "/schedules", "")
+	if len(empty) != 0 {
+		t.Fatalf("GET /schedules with none: %v", empty)
+	}
+	e.ok("schedule", "add", "nightly", "@daily", "--tz", "UTC", "--", "./backup.sh")
+	e.ok("schedule", "add", "tick", "@every 1h", "--overlap", "queue", "--shell", "date")
+	var got, want []map[string]any
+	g.want(200, &got, "GET", "/schedules", "")
+	if err := json.Unmarshal([]byte(e.ok("schedule", "ls", "-o", "json")), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || len(got) != 2 {
+		t.Errorf("GET /schedules = %v\ncq schedule ls -o json = %v", got, want)
+	}
+	var one, show map[string]any
+	g.want(200, &one, "GET", "/schedules/tick", "")
+	if err := json.Unmarshal([]byte(e.ok("schedule", "show", "tick", "-o", "json")), &show); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(one, show) {
+		t.Errorf("GET /schedules/tick = %v, cq schedule show = %v", one, show)
+	}
+	g.wantErr(404, 4, "GET", "/schedules/none", "")
 }

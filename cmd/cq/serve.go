@@ -186,6 +186,8 @@ func (s *gwServer) routes() {
 	m.HandleFunc("GET /queues", s.getQueues)
 	m.HandleFunc("POST /queues/{name}", s.postQueue)
 	m.HandleFunc("GET /workers", s.getWorkers)
+	m.HandleFunc("GET /schedules", s.getSchedules)
+	m.HandleFunc("GET /schedules/{name}", s.getSchedule)
 	m.HandleFunc("GET /health", s.getHealth)
 	m.HandleFunc("GET /metrics", s.getMetrics)
 	// The streams (serve_events.go).

@@ -22,6 +22,7 @@ func TestServeDashboard(t *testing.T) {
 	chrome := needChromium(t)
 	e := newBackendEnv(t, 60*time.Second, true)
 	e.ok("enqueue", "--id", "before", "--", "true")
+	e.ok("schedule", "add", "nightly", "30 2 * * *", "--tz", "Europe/Berlin", "--", "./backup.sh")
 	s := startStreamServer(t, e)
 
 	b := openBrowser(t, chrome, s)
@@ -31,6 +32,10 @@ func TestServeDashboard(t *testing.T) {
 		t.Fatalf("open the dashboard: %v", err)
 	}
 	do("the dashboard lists the tasks", chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-id="before"]`)))
+	do("the dashboard lists the schedules", chromedp.WaitVisible(chromedp.CSS(`#schedules tr[data-schedule="nightly"]`)))
+	if got := text(`#schedules tr[data-schedule="nightly"]`); !strings.Contains(got, "30 2 * * *") || !strings.Contains(got, "Europe/Berlin") {
+		t.Errorf("the schedule's row: %q", got)
+	}
 	// The marker lasts only as long as the page is not reloaded.
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.cqMarker = "kept"`)); err != nil {
 		t.Fatal(err)
@@ -55,6 +60,12 @@ func TestServeDashboard(t *testing.T) {
 	if q := text(`#asks .q`); q != "ship it?" {
 		t.Errorf("question on the page = %q", q)
 	}
+	// The page reads health every 5 s: the picture shows it once the
+	// worker's first pass has been seen.
+	eventually(t, 30*time.Second, "the page shows health ok", func() (bool, string) {
+		h := text(`#health`)
+		return strings.HasPrefix(h, "health: ok"), h
+	})
 	b.screenshot("dashboard.png")
 	do("approve", chromedp.Click(chromedp.CSS(`#asks button.approve`)))
 	eventually(t, 30*time.Second, "task gate done on the page", func() (bool, string) {

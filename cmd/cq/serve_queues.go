@@ -30,6 +30,29 @@ func (s *gwServer) getQueues(w http.ResponseWriter, r *http.Request) {
 	writeHTTPJSON(w, http.StatusOK, qs)
 }
 
+// getSchedules is GET /schedules: cq schedule ls -o json.
+func (s *gwServer) getSchedules(w http.ResponseWriter, r *http.Request) {
+	list, err := s.st.ScheduleList(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if list == nil {
+		list = []queue.Schedule{}
+	}
+	writeHTTPJSON(w, http.StatusOK, list)
+}
+
+// getSchedule is GET /schedules/{name}: cq schedule show -o json.
+func (s *gwServer) getSchedule(w http.ResponseWriter, r *http.Request) {
+	sc, err := s.st.ScheduleGet(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeHTTPJSON(w, http.StatusOK, sc)
+}
+
 // postQueue is POST /queues/{name}: cq queue set's settings as a JSON
 // object, named as its flags or as cq queue ls -o json's fields
 // ("transient-retries" or "transient_retries"), plus "paused" for cq

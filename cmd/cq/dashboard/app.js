@@ -8,7 +8,7 @@
 "use strict";
 
 const tasks = new Map();      // id → task, as /state and /tasks/{id} give it
-let queues = {}, workers = [];
+let queues = {}, workers = [], schedules = [];
 let lastSeq = 0;
 const maxTasks = 500;
 
@@ -175,6 +175,16 @@ function renderWorkers() {
   labelCells(document.getElementById("workers"));
 }
 
+function renderSchedules() {
+  document.getElementById("schedules-empty").hidden = schedules.length > 0;
+  document.querySelector("#schedules tbody").replaceChildren(...schedules.map(s => el("tr", { "data-schedule": s.name },
+    el("td", {}, s.name), el("td", { class: "cmd" }, s.schedule), el("td", {}, s.tz), el("td", {}, s.next_slot || ""),
+    el("td", { class: "id" }, s.last_task ? el("a", { href: "#task/" + s.last_task }, s.last_task) : ""),
+    el("td", { class: s.last_state ? "state state-" + s.last_state : "" }, s.last_state || ""),
+    el("td", {}, s.paused ? "paused" : "no"))));
+  labelCells(document.getElementById("schedules"));
+}
+
 async function refreshHealth() {
   try {
     const r = await fetch("/health", { headers: token() ? { Authorization: "Bearer " + token() } : {} });
@@ -194,6 +204,8 @@ async function refreshOverview() {
     renderQueues();
     workers = await (await api("/workers")).json();
     renderWorkers();
+    schedules = await (await api("/schedules")).json();
+    renderSchedules();
   } catch (e) { setLive(e.message); }
   refreshHealth();
 }
@@ -330,7 +342,7 @@ async function load() {
     queues = st.queues;
     workers = st.workers;
     renderTasks(); renderQueues(); renderWorkers();
-    refreshHealth();
+    refreshOverview();
     follow();
   } catch (e) { setLive("cannot read the queue: " + e.message); }
 }
