@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +58,11 @@ func Parse(expr, tz string) (*Schedule, error) {
 	if !strings.HasPrefix(e, "@") && len(fields) == 6 {
 		return nil, fmt.Errorf("schedule %q: six fields (with seconds) are not taken: want minute hour day-of-month month day-of-week", expr)
 	}
+	if !strings.HasPrefix(e, "@") && len(fields) == 5 {
+		// Cron takes 7 for Sunday as well as 0; robfig takes 0 only.
+		fields[4] = sundayAsZero(fields[4])
+		e = strings.Join(fields, " ")
+	}
 	parsed, err := parser.Parse(e)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %q: %w", expr, err)
@@ -100,6 +106,42 @@ func Parse(expr, tz string) (*Schedule, error) {
 		return nil, fmt.Errorf("schedule %q: not a schedule this package knows (%T)", expr, parsed)
 	}
 	return s, nil
+}
+
+// sundayAsZero rewrites the day-of-week items of field that name day 7
+// (Sunday, as cron also writes it) with 0: "7" → "0", "5-7" → "5,6,0",
+// "1-7/2" → "1,3,5,0". Anything else is left as it is, for the parser to
+// take or refuse.
+func sundayAsZero(field string) string {
+	items := strings.Split(field, ",")
+	for i, item := range items {
+		rng, step, stepped := strings.Cut(item, "/")
+		lo, hi, isRange := strings.Cut(rng, "-")
+		if !isRange {
+			if rng == "7" && !stepped {
+				items[i] = "0"
+			}
+			continue
+		}
+		if hi != "7" {
+			continue
+		}
+		a, err1 := strconv.Atoi(lo)
+		n := 1
+		var err2 error
+		if stepped {
+			n, err2 = strconv.Atoi(step)
+		}
+		if err1 != nil || err2 != nil || n < 1 || a < 0 || a > 7 {
+			continue
+		}
+		var days []string
+		for d := a; d <= 7; d += n {
+			days = append(days, strconv.Itoa(d%7))
+		}
+		items[i] = strings.Join(days, ",")
+	}
+	return strings.Join(items, ",")
 }
 
 // loadZone loads tz. The name kept is the IANA name, also for the host's

@@ -491,3 +491,53 @@ func TestAgainstAMinuteByMinuteWalk(t *testing.T) {
 		}
 	}
 }
+
+// TestSundayAsSeven: day 7 is Sunday, as in cron, alone, ending a range
+// or a stepped range.
+func TestSundayAsSeven(t *testing.T) {
+	after := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) // a Monday
+	for expr, want := range map[string]string{
+		"0 9 * * 7":     "2026-11-29T09:00:00Z",
+		"0 9 * * 6-7":   "2026-11-28T09:00:00Z",
+		"0 9 * * 7,1":   "2026-11-29T09:00:00Z",
+		"0 9 * * 0":     "2026-11-29T09:00:00Z",
+		"0 9 * * 2-7/5": "2026-11-24T09:00:00Z", // 2 and 7
+	} {
+		s, err := Parse(expr, "UTC")
+		if err != nil {
+			t.Errorf("Parse(%q): %v", expr, err)
+			continue
+		}
+		if got := s.Next(after).Format(time.RFC3339); got != want {
+			t.Errorf("%q: Next = %s, want %s", expr, got, want)
+		}
+	}
+	s, err := Parse("0 9 * * 2-7/5", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Next(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)).Format(time.RFC3339); got != "2026-11-29T09:00:00Z" {
+		t.Errorf("2-7/5 after Tuesday: %s, want Sunday", got)
+	}
+	if _, err := Parse("0 9 * * 8", "UTC"); err == nil {
+		t.Error("day 8 taken")
+	}
+}
+
+// TestDayFieldsEither: with both day fields restricted, a day matching
+// either counts, as in cron.
+func TestDayFieldsEither(t *testing.T) {
+	s, err := Parse("0 9 1 * 1", "UTC") // the 1st, or a Monday
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC) // a Tuesday
+	var got []string
+	for range 3 {
+		after = s.Next(after)
+		got = append(got, after.Format("2006-01-02"))
+	}
+	if want := []string{"2026-11-30", "2026-12-01", "2026-12-07"}; !slices.Equal(got, want) {
+		t.Errorf("slots %v, want %v", got, want)
+	}
+}
