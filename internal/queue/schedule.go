@@ -445,6 +445,23 @@ func (s *Store) fireSlots(ctx context.Context, r *store.Schedule, p *slots.Sched
 			return nil
 		}
 		ts := FormatTime(now)
+		// The slots are claimed first: the compare-and-set locks the
+		// schedule's row, so that a pass racing this one (on PostgreSQL,
+		// which reads without waiting) waits for this transaction, then
+		// finds them taken and does nothing.
+		ok, err := tx.ScheduleAdvance(ctx, cur.Name, r.LastSlot, FormatTime(due[len(due)-1]), "", ts)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			skipped = 0
+			return nil
+		}
+		// Read again under the lock: its last task may have changed
+		// (cq schedule run) while this transaction waited.
+		if cur, err = tx.ScheduleGet(ctx, r.Name); err != nil {
+			return err
+		}
 		if missedCount > 0 {
 			data := map[string]any{"reason": "missed", "slots": missedCount, "catch_up": cur.CatchUp}
 			if len(missed) > 0 {
@@ -508,16 +525,10 @@ func (s *Store) fireSlots(ctx context.Context, r *store.Schedule, p *slots.Sched
 				return err
 			}
 		}
-		task := ""
 		if lastTask != cur.LastTask {
-			task = lastTask
-		}
-		ok, err := tx.ScheduleAdvance(ctx, cur.Name, cur.LastSlot, FormatTime(due[len(due)-1]), task, ts)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errors.New("its last slot moved under the transaction")
+			if _, err := tx.ScheduleSetLastTask(ctx, cur.Name, lastTask, ts); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

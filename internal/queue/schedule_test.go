@@ -358,3 +358,63 @@ func TestScheduleHealthWarns(t *testing.T) {
 		t.Error("no warning for the schedule whose last task failed")
 	}
 }
+
+// TestScheduleFireRace: passes on several stores of one database (as
+// workers and heartbeats are) take the same due slots at the same
+// instant, round after round: none fails, and each slot makes one task
+// and one schedule.fired event.
+func TestScheduleFireRace(t *testing.T) {
+	const passes, rounds = 4, 30
+	t0 := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
+	clk := cqclock.NewFake(t0)
+	b := storetest.Chosen(t)
+	addr := b.New(t)
+	stores := make([]*queue.Store, passes)
+	for i := range stores {
+		stores[i] = queue.New(b.Open(t, addr))
+		stores[i].Now = clk.Now
+		stores[i].Boot = cqclock.Following(clk.Now)
+	}
+	ctx := context.Background()
+	d := queue.ScheduleDef{Name: "r", Expr: "* * * * *", TZ: "UTC", Overlap: "queue", CatchUp: "all",
+		Spec: queue.Spec{Cmd: []string{"true"}, Cwd: "/"}}
+	if _, err := stores[0].ScheduleAdd(ctx, d, false); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < rounds; round++ {
+		clk.Add(time.Minute)
+		errs := make(chan error, passes)
+		start := make(chan struct{})
+		for _, st := range stores {
+			go func() {
+				<-start
+				_, err := st.FireSchedules(ctx)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range stores {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: FireSchedules: %v", round, err)
+			}
+		}
+	}
+	evs, err := stores[0].Events(ctx, 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == "schedule.fired" && e.TaskID != nil {
+			fired[*e.TaskID]++
+		}
+	}
+	if len(fired) != rounds {
+		t.Errorf("%d slots fired, want %d", len(fired), rounds)
+	}
+	for id, n := range fired {
+		if n != 1 {
+			t.Errorf("%s fired %d times", id, n)
+		}
+	}
+}
