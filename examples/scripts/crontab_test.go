@@ -63,7 +63,7 @@ var sampleOutput = strings.Join([]string{
 	`cq schedule add printf-23 '0 4 * * *' --tz America/New_York --env PATH=/usr/local/bin:/usr/bin:/bin --env 'GREETING=hello world' --env 'QUOTE=it'\''s' --shell 'printf "%s|" '\''a b'\'' it\'\''s \\ ~ * ! $((1+1)) ` + "`uname`" + ` ; echo "$PATH"'`,
 	`cq schedule add weekly-25 '@weekly' --tz America/New_York --env PATH=/usr/local/bin:/usr/bin:/bin --env GREETING=bye --env 'QUOTE=it'\''s' --shell '"$HOME/bin/weekly report"'`,
 	`cq schedule add true-26 '@monthly' --tz America/New_York --env PATH=/usr/local/bin:/usr/bin:/bin --env GREETING=bye --env 'QUOTE=it'\''s' --shell '/usr/bin/true'`,
-	`# line 27: day of week 5-7 is written 5-6,0: cq counts Sunday as 0 only`,
+	`# line 27: day of week 5-7 is written 5-6,0 (Sunday as 0)`,
 	`cq schedule add weekend-job-27 '15 6 * * 5-6,0' --tz America/New_York --env PATH=/usr/local/bin:/usr/bin:/bin --env GREETING=bye --env 'QUOTE=it'\''s' --shell '/usr/local/bin/weekend-job'`,
 }, "\n") + "\n"
 
@@ -287,7 +287,7 @@ cq schedule add web1.` + strings.Repeat("x", 64-len("web1.")-len("-2")) + `-2 '0
 				t.Errorf("%q was not taken:\n%s", fields, out)
 			}
 		}
-		// cq counts Sunday as 0 only; cron's 7 is rewritten.
+		// Cron's 7 is rewritten as 0, in every form cron takes.
 		for fields, want := range map[string]string{"0 9 * * 07": "0 9 * * 0", "0 9 * * 1-7/2": "0 9 * * 1-6/2,0", "0 9 * * 0,mon-7": "0 9 * * 0,mon-6,0"} {
 			out, _, _ := convert(t, fields+" run\n")
 			if !strings.Contains(out, "cq schedule add run-1 '"+want+"' --shell 'run'") || !strings.Contains(out, "# line 1: day of week ") {

@@ -99,6 +99,11 @@ func (d *DB) explain(err error) error {
 	if err == nil {
 		return nil
 	}
+	// Explained already (a write explains its error, and the command
+	// that called it explains what it got): said once.
+	if strings.HasPrefix(err.Error(), d.addr+": ") {
+		return err
+	}
 	var pe *pgconn.PgError
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrReadOnly),
