@@ -248,6 +248,19 @@ cq schedule add web1.` + strings.Repeat("x", 64-len("web1.")-len("-2")) + `-2 '0
 			t.Errorf("--queue 'night jobs' printed\n%s", out)
 		}
 	})
+	t.Run("cwd", func(t *testing.T) {
+		t.Parallel()
+		in := "@daily ./rotate.sh\n"
+		for _, args := range [][]string{{"--cwd", "/home/cron user"}, {"--cwd=/home/cron user"}} {
+			out, errs, code := convert(t, in, args...)
+			if !strings.Contains(out, "cq schedule add rotate-sh-1 '@daily' --cwd '/home/cron user' --shell './rotate.sh'\n") || errs != "" || code != 0 {
+				t.Errorf("%q: exit %d, stderr %q, printed\n%s", args, code, errs, out)
+			}
+		}
+		if _, errs, code := convert(t, in, "--cwd"); code != 1 || strings.Count(errs, "\n") != 1 {
+			t.Errorf("--cwd without a value: exit %d, stderr %q", code, errs)
+		}
+	})
 	t.Run("help", func(t *testing.T) {
 		t.Parallel()
 		for _, arg := range []string{"-h", "--help"} {
