@@ -100,24 +100,11 @@ func newScheduleLsCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch {
-			case app.Quiet:
-				for _, s := range list {
-					fmt.Fprintln(app.Stdout, s.Name)
-				}
-				return nil
-			case app.format() == "json":
-				if list == nil {
-					list = []queue.Schedule{}
-				}
-				return writeJSON(app.Stdout, list)
-			case app.format() == "jsonl":
-				for _, s := range list {
-					if err := writeJSONLine(app.Stdout, s); err != nil {
-						return err
-					}
-				}
-				return nil
+			if list == nil {
+				list = []queue.Schedule{} // -o json: [] rather than null
+			}
+			if done, err := printItems(app, list, func(s queue.Schedule) string { return s.Name }); done || err != nil {
+				return err
 			}
 			rows := make([][]string, 0, len(list))
 			for _, s := range list {
